@@ -1,0 +1,53 @@
+"""The exception hierarchy of ember.
+
+Every failure that a user can cause (a bad model file, an op ember does not know, an input of
+the wrong shape) surfaces as a subclass of :class:`EmberError` whose message names the cause
+and, where possible, what to do about it.  Internal bugs stay ordinary Python exceptions.
+"""
+
+from __future__ import annotations
+
+
+class EmberError(Exception):
+    """Base class of every error ember raises on purpose."""
+
+
+class ModelLoadError(EmberError):
+    """The model file could not be read: missing, truncated, malformed or inconsistent."""
+
+
+class UnsupportedOpError(EmberError):
+    """One or more ops of a model have no ember implementation.
+
+    ``unsupported`` lists ``(op_type, node_name, reason)`` for every such node so that a
+    user sees all of them at once instead of fixing them one by one.
+    """
+
+    def __init__(self, unsupported: list[tuple[str, str, str]]):
+        self.unsupported = list(unsupported)
+        lines = [f"  - {op} (node '{node}'): {reason}" for op, node, reason in self.unsupported]
+        ops = sorted({op for op, _, _ in self.unsupported})
+        super().__init__(
+            f"the model uses {len(ops)} unsupported op type(s) "
+            f"({', '.join(ops)}) in {len(self.unsupported)} node(s):\n" + "\n".join(lines)
+        )
+
+
+class OpAttributeError(EmberError):
+    """A node's attribute is missing, of the wrong kind or out of range."""
+
+
+class ShapeError(EmberError):
+    """Shapes or dtypes of a node's inputs are inconsistent with what the op accepts."""
+
+
+class InputError(EmberError):
+    """Run-time inputs do not match the model's signature (count, name, shape or dtype)."""
+
+
+class ExecutionError(EmberError):
+    """An op failed while running; the message names the node and op."""
+
+
+class VerificationError(EmberError):
+    """The IR violates an invariant (dangling value, duplicate definition, bad type)."""

@@ -1,0 +1,1 @@
+"""Frontends: turn a framework's model into an ember Graph."""

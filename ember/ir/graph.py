@@ -1,0 +1,120 @@
+"""The high-level graph IR.
+
+A :class:`Graph` is a list of :class:`Node` in topological order over named values, in the
+style of ONNX: every value has one producer (a graph input, a constant, or a node output) and a
+:class:`~ember.ir.types.ValueType` recorded in ``Graph.types``.  Names make the IR easy to print,
+diff and serialize; passes that rewrite the graph create fresh names with :meth:`Graph.fresh_name`.
+
+Nodes carry an ``op`` that names an entry of the op registry (``ember.ops``) and a dict of
+attributes whose values are Python scalars, lists, numpy arrays, or nested Graphs (the bodies
+of If/Loop/Scan).  A subgraph may read values of its enclosing graphs by name.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from ember.ir.types import ValueType
+
+AttrValue = Any  # int | float | str | list[...] | np.ndarray | Graph | list[Graph] | ValueType
+
+
+@dataclass
+class Node:
+    """One op application.  A missing optional input is the empty string, as in ONNX."""
+
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, AttrValue] = field(default_factory=dict)
+    name: str = ""
+    domain: str = ""  # "" for the default ONNX-derived op set; kept to name custom ops in errors
+
+    def subgraphs(self) -> Iterator["Graph"]:
+        for value in self.attrs.values():
+            if isinstance(value, Graph):
+                yield value
+            elif isinstance(value, list):
+                yield from (v for v in value if isinstance(v, Graph))
+
+    def __str__(self) -> str:
+        from ember.ir.printer import format_node
+
+        return format_node(self)
+
+
+@dataclass
+class Graph:
+    """A function from named inputs to named outputs."""
+
+    name: str = "main"
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    types: dict[str, ValueType] = field(default_factory=dict)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    # Producer metadata that is not semantics (opset, producer name): kept for reports.
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    _counter: Iterator[int] = field(default_factory=itertools.count, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ queries
+    def producers(self) -> dict[str, Node]:
+        return {out: node for node in self.nodes for out in node.outputs if out}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        result: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for name in node.inputs:
+                if name:
+                    result.setdefault(name, []).append(node)
+        return result
+
+    def all_value_names(self) -> set[str]:
+        names = set(self.inputs) | set(self.constants)
+        for node in self.nodes:
+            names.update(o for o in node.outputs if o)
+        return names
+
+    def op_histogram(self, recursive: bool = True) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for node in self.walk() if recursive else self.nodes:
+            counts[node.op] = counts.get(node.op, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def walk(self) -> Iterator[Node]:
+        """Every node of this graph and of its subgraphs, depth first."""
+        for node in self.nodes:
+            yield node
+            for sub in node.subgraphs():
+                yield from sub.walk()
+
+    def parameter_count(self) -> int:
+        return int(sum(np.asarray(c).size for c in self.constants.values()))
+
+    # ------------------------------------------------------------------ building
+    def fresh_name(self, hint: str = "v") -> str:
+        taken = self.all_value_names()
+        while True:
+            candidate = f"{hint}_{next(self._counter)}"
+            if candidate not in taken:
+                return candidate
+
+    def add_constant(self, array: np.ndarray, hint: str = "const") -> str:
+        from ember.ir.types import TensorType
+        from ember.core.dtypes import DType
+
+        name = self.fresh_name(hint)
+        array = np.asarray(array)
+        self.constants[name] = array
+        self.types[name] = TensorType(DType.from_numpy(array.dtype), tuple(array.shape))
+        return name
+
+    def __str__(self) -> str:
+        from ember.ir.printer import format_graph
+
+        return format_graph(self)

@@ -1,0 +1,101 @@
+"""A standard ONNX backend (``onnx.backend.base``) over ember, like ``onnxruntime.backend``.
+
+    import ember.onnx_backend as backend
+    rep = backend.prepare("model.onnx")          # mode="reference" runs ember's numpy oracle
+    outputs = rep.run([x])                       # list of arrays, in graph-output order
+
+``prepare`` accepts a path, bytes or a ModelProto.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from onnx.backend.base import Backend, BackendRep, Device, DeviceType
+
+from ember.core.errors import EmberError, InputError
+from ember.frontend.onnx.importer import import_onnx, load_onnx_model
+from ember.interp.reference import ReferenceExecutor
+from ember.ir.graph import Graph
+
+MODES = ("reference",)
+
+
+class EmberRep(BackendRep):
+    """A prepared model: runs inputs given as a list (graph-input order) or a dict."""
+
+    def __init__(self, graph: Graph, mode: str):
+        self.graph = graph
+        self.mode = mode
+        self._executor = ReferenceExecutor(graph)
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        feeds = self._feeds(inputs)
+        outputs = self._executor.run(feeds)
+        return tuple(outputs[name] for name in self.graph.outputs)
+
+    def _feeds(self, inputs: Any) -> dict[str, Any]:
+        names = self.graph.inputs
+        if isinstance(inputs, dict):
+            return dict(inputs)
+        if isinstance(inputs, np.ndarray) and len(names) == 1:
+            inputs = [inputs]
+        inputs = list(inputs) if inputs is not None else []
+        if len(inputs) != len(names):
+            raise InputError(f"the model takes {len(names)} input(s) {names}, "
+                             f"got {len(inputs)}")
+        return dict(zip(names, inputs))
+
+
+class EmberBackend(Backend):
+    @classmethod
+    def is_compatible(cls, model: Any, device: str = "CPU", **kwargs: Any) -> bool:
+        try:
+            import_onnx(model)
+            return True
+        except EmberError:
+            return False
+
+    @classmethod
+    def prepare(cls, model: Any, device: str = "CPU", mode: str = "reference",
+                **kwargs: Any) -> EmberRep:
+        if not cls.supports_device(device):
+            raise EmberError(f"device '{device}' is not supported; ember runs on CPU")
+        if mode not in MODES:
+            raise EmberError(f"unknown mode '{mode}'; choose one of {MODES}")
+        graph = import_onnx(load_onnx_model(model))
+        return EmberRep(graph, mode)
+
+    @classmethod
+    def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any):
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: Any, inputs: Sequence[Any], device: str = "CPU",
+                 outputs_info: Any = None, **kwargs: Any):
+        """Run a single NodeProto on numpy inputs by wrapping it in a one-node model."""
+        from onnx import helper
+
+        opset = kwargs.get("opset_version")
+        input_infos = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(
+            np.asarray(value).dtype), np.asarray(value).shape)
+            for name, value in zip(node.input, inputs) if name]
+        output_infos = [helper.make_empty_tensor_value_info(name) for name in node.output]
+        graph = helper.make_graph([node], "run_node", input_infos, output_infos)
+        opsets = [helper.make_opsetid(node.domain or "", opset)] if opset else None
+        model = helper.make_model(graph, opset_imports=opsets) if opsets else \
+            helper.make_model(graph)
+        return cls.prepare(model, device, **kwargs).run([v for n, v in zip(node.input, inputs)
+                                                         if n])
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return Device(device).type == DeviceType.CPU
+
+
+prepare = EmberBackend.prepare
+run_model = EmberBackend.run_model
+run_node = EmberBackend.run_node
+supports_device = EmberBackend.supports_device
+is_compatible = EmberBackend.is_compatible

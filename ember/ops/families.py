@@ -1,0 +1,39 @@
+"""Imports every op family module so that their ``@op`` declarations register.
+
+One module per family; adding a family means adding its name here.
+"""
+
+import importlib
+
+FAMILY_MODULES = (
+    "elementwise",
+    "activation",
+    "logical",
+    "cast",
+    "reduce",
+    "matmul",
+    "conv",
+    "pool",
+    "norm",
+    "shape",
+    "indexing",
+    "generator",
+    "quant",
+    "control",
+    "sequence",
+    "rnn",
+    "image",
+    "signal",
+    "attention",
+    "loss",
+    "text",
+    "ml",
+    "unsupported",
+)
+
+for _module in FAMILY_MODULES:
+    try:
+        importlib.import_module(f"ember.ops.{_module}")
+    except ModuleNotFoundError as error:  # a family not written yet
+        if error.name != f"ember.ops.{_module}":
+            raise

@@ -1,0 +1,290 @@
+"""The op registry: one :class:`OpDef` per op.
+
+An OpDef is everything ember knows about an op, in one place:
+
+* its attribute schema (kind and default of each attribute),
+* how many inputs and outputs it takes,
+* type/shape inference (``infer``), which works with symbolic dims,
+* a numpy reference implementation (``reference``), the oracle for tests and the fallback
+  when no compiled kernel exists,
+* slots filled by later layers: ``compute`` (the declarative compute definition that lowering
+  turns into a loop nest) and ``decompose`` (rewriting into other ops).
+
+Ops are declared with the :func:`op` decorator on the reference function, one file per family
+(``elementwise.py``, ``reduce.py`` ...).  The reference takes ``(ctx, *inputs, **attrs)``;
+optional inputs that are absent arrive as ``None``; its return is an array or a tuple of them.
+
+Op semantics follow the newest ONNX opset; the ONNX frontend rewrites older versions of an op
+into this form, so each op is implemented once.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from ember.core.errors import OpAttributeError, ShapeError
+
+if TYPE_CHECKING:
+    from ember.ir.graph import Graph, Node
+    from ember.ir.types import ValueType
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+ATTR_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor", "graph", "graphs",
+              "type", "any")
+
+
+@dataclass(frozen=True)
+class Attr:
+    """Schema of one attribute: its kind and its default (``REQUIRED`` if it has none).
+
+    ``default=None`` means optional with no default: the reference receives ``None``.
+    """
+
+    kind: str
+    default: Any = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ATTR_KINDS:
+            raise ValueError(f"unknown attribute kind {self.kind!r}")
+
+    @staticmethod
+    def int(default: Any = None) -> "Attr":
+        return Attr("int", default)
+
+    @staticmethod
+    def float(default: Any = None) -> "Attr":
+        return Attr("float", default)
+
+    @staticmethod
+    def string(default: Any = None) -> "Attr":
+        return Attr("string", default)
+
+    @staticmethod
+    def ints(default: Any = None) -> "Attr":
+        return Attr("ints", default)
+
+    @staticmethod
+    def floats(default: Any = None) -> "Attr":
+        return Attr("floats", default)
+
+    @staticmethod
+    def strings(default: Any = None) -> "Attr":
+        return Attr("strings", default)
+
+    @staticmethod
+    def tensor(default: Any = None) -> "Attr":
+        return Attr("tensor", default)
+
+    @staticmethod
+    def graph(default: Any = None) -> "Attr":
+        return Attr("graph", default)
+
+
+InferFn = Callable[["InferContext"], "list[ValueType | None]"]
+
+
+@dataclass
+class OpDef:
+    name: str
+    family: str
+    reference: Callable[..., Any]
+    infer: InferFn
+    attrs: dict[str, Attr]
+    min_inputs: int
+    max_inputs: int  # -1 for variadic
+    min_outputs: int = 1
+    max_outputs: int = 1
+    doc: str = ""
+    # Filled by later layers (lowering, decomposition); None means "not available".
+    compute: Any = None
+    decompose: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def resolve_attrs(self, node: "Node") -> dict[str, Any]:
+        """The node's attributes with defaults filled in; unknown or missing ones are errors."""
+        unknown = set(node.attrs) - set(self.attrs)
+        if unknown:
+            raise OpAttributeError(
+                f"node '{node.name}' ({self.name}): unknown attribute(s) {sorted(unknown)}; "
+                f"{self.name} accepts {sorted(self.attrs) or 'no attributes'}"
+            )
+        resolved = {}
+        for key, spec in self.attrs.items():
+            if key in node.attrs:
+                resolved[key] = node.attrs[key]
+            elif spec.default is REQUIRED:
+                raise OpAttributeError(
+                    f"node '{node.name}' ({self.name}): required attribute '{key}' is missing"
+                )
+            else:
+                resolved[key] = spec.default
+        return resolved
+
+    def check_arity(self, node: "Node") -> None:
+        n_in = len(node.inputs)
+        if n_in < self.min_inputs or (self.max_inputs >= 0 and n_in > self.max_inputs):
+            expected = (f"{self.min_inputs}" if self.min_inputs == self.max_inputs else
+                        f"{self.min_inputs} to {'any' if self.max_inputs < 0 else self.max_inputs}")
+            raise ShapeError(f"node '{node.name}' ({self.name}) has {n_in} inputs; "
+                             f"{self.name} takes {expected}")
+        n_out = len(node.outputs)
+        if n_out < self.min_outputs or (self.max_outputs >= 0 and n_out > self.max_outputs):
+            raise ShapeError(f"node '{node.name}' ({self.name}) has {n_out} outputs; "
+                             f"{self.name} produces {self.min_outputs} to "
+                             f"{'any' if self.max_outputs < 0 else self.max_outputs}")
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def op(
+    name: str,
+    *,
+    family: str,
+    infer: InferFn,
+    attrs: dict[str, Attr] | None = None,
+    inputs: tuple[int, int] | None = None,
+    outputs: tuple[int, int] = (1, 1),
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated numpy reference as op ``name``.
+
+    ``inputs`` defaults to what the reference's signature says: positional parameters after
+    ``ctx`` are inputs, those defaulting to None optional, ``*args`` variadic.
+    """
+
+    def register(reference: Callable[..., Any]) -> Callable[..., Any]:
+        if name in _REGISTRY:
+            raise ValueError(f"op {name} registered twice")
+        min_in, max_in = inputs if inputs is not None else _arity_from_signature(reference)
+        _REGISTRY[name] = OpDef(
+            name=name,
+            family=family,
+            reference=reference,
+            infer=infer,
+            attrs=dict(attrs or {}),
+            min_inputs=min_in,
+            max_inputs=max_in,
+            min_outputs=outputs[0],
+            max_outputs=outputs[1],
+            doc=inspect.getdoc(reference) or "",
+        )
+        return reference
+
+    return register
+
+
+def _arity_from_signature(fn: Callable[..., Any]) -> tuple[int, int]:
+    params = list(inspect.signature(fn).parameters.values())[1:]  # skip ctx
+    required = optional = 0
+    for p in params:
+        if p.kind is p.VAR_POSITIONAL:
+            return required, -1
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            if p.default is inspect.Parameter.empty:
+                required += 1
+            else:
+                optional += 1
+    return required, required + optional
+
+
+def get_op(name: str) -> OpDef | None:
+    _load_families()
+    return _REGISTRY.get(name)
+
+
+def all_ops() -> dict[str, OpDef]:
+    _load_families()
+    return dict(_REGISTRY)
+
+
+_loaded = False
+
+
+def _load_families() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import ember.ops.families  # noqa: F401  (registers every op family)
+
+
+# ---------------------------------------------------------------------------- contexts
+
+
+class InferContext:
+    """What an op's ``infer`` function sees of a node."""
+
+    def __init__(
+        self,
+        node: "Node",
+        opdef: OpDef,
+        input_types: Sequence["ValueType | None"],
+        attrs: dict[str, Any],
+        constant_of: Callable[[str], np.ndarray | None],
+        infer_subgraph: Callable[["Graph", list["ValueType | None"]], list["ValueType | None"]],
+    ):
+        self.node = node
+        self.opdef = opdef
+        self.inputs = list(input_types)
+        self.attrs = attrs
+        self._constant_of = constant_of
+        self._infer_subgraph = infer_subgraph
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.inputs)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.node.outputs)
+
+    def has_input(self, index: int) -> bool:
+        return index < len(self.node.inputs) and bool(self.node.inputs[index])
+
+    def value(self, index: int) -> np.ndarray | None:
+        """The constant value of input ``index`` if known at compile time, else None."""
+        if not self.has_input(index):
+            return None
+        return self._constant_of(self.node.inputs[index])
+
+    def infer_subgraph(self, graph: "Graph", input_types: list["ValueType | None"]):
+        return self._infer_subgraph(graph, input_types)
+
+    def error(self, message: str) -> ShapeError:
+        """An error naming this node; ``raise ctx.error('...')``."""
+        return ShapeError(f"node '{self.node.name}' ({self.opdef.name}): {message}")
+
+
+class RefContext:
+    """What an op's numpy reference sees of the node it runs."""
+
+    def __init__(self, node: "Node", opdef: OpDef, run_subgraph: Callable[..., list[Any]],
+                 output_types: Sequence["ValueType | None"] = ()):
+        self.node = node
+        self.opdef = opdef
+        self._run_subgraph = run_subgraph
+        self.output_types = list(output_types)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.node.outputs)
+
+    def output_requested(self, index: int) -> bool:
+        return index < len(self.node.outputs) and bool(self.node.outputs[index])
+
+    def run_subgraph(self, graph: "Graph", inputs: Sequence[Any]) -> list[Any]:
+        """Run a body graph (If/Loop/Scan) with positional inputs; outer values stay visible."""
+        return self._run_subgraph(graph, list(inputs))
+
+    def error(self, message: str) -> ShapeError:
+        return ShapeError(f"node '{self.node.name}' ({self.opdef.name}): {message}")

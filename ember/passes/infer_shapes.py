@@ -1,0 +1,168 @@
+"""Type and shape inference over a whole graph, symbolic dims included.
+
+Each node's types come from its op's ``infer``.  Besides constants, the pass tracks *known
+values* of small integer tensors that describe shapes: ``Shape`` of an ``N x 3 x 224 x 224``
+tensor is the known value ``[N, 3, 224, 224]`` (an object array of ints and symbols), and the
+Gather/Concat/Unsqueeze/Slice/arithmetic that exporters wrap around it are folded by running
+their numpy reference on those values.  That is how ``Reshape(x, Concat(Shape(x)[0], -1))``
+infers ``N x 512`` instead of an unknown shape.
+
+Declared types (ONNX value_info) fill what inference leaves unknown; inferred dims win where
+both are known, since declared types are sometimes stale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.core.dims import Dim, SymDim
+from ember.core.errors import EmberError, ShapeError
+from ember.ir.graph import Graph, Node
+from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
+from ember.ops.registry import InferContext, RefContext, get_op
+
+# Ops whose reference is cheap and exact on small integer/symbolic arrays.
+_FOLDABLE = {
+    "Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Cast", "Identity",
+    "Add", "Sub", "Mul", "Reshape", "Equal", "Where", "ConstantOfShape", "Range", "Neg",
+    "Max", "Min", "Abs", "ReduceProd", "Expand", "Tile", "Flatten", "Transpose",
+}
+_MAX_FOLD_ELEMENTS = 4096
+
+
+def infer_shapes(graph: Graph, outer_known: dict[str, Any] | None = None) -> Graph:
+    """Fill ``graph.types`` for every value (in place; also returns the graph)."""
+    known: dict[str, Any] = dict(outer_known or {})
+    known.update({k: v for k, v in graph.constants.items() if _small(v)})
+    outer_types = dict(known.get("__types__", {}))
+    types = {**outer_types, **graph.types}
+    for node in graph.nodes:
+        _infer_node(graph, node, types, known)
+    for name, vtype in types.items():
+        if name not in outer_types or name in graph.types:
+            graph.types[name] = vtype
+    return graph
+
+
+def _infer_node(graph: Graph, node: Node, types: dict[str, ValueType | None],
+                known: dict[str, Any]) -> None:
+    opdef = get_op(node.op)
+    if opdef is None:
+        return
+    opdef.check_arity(node)
+    attrs = opdef.resolve_attrs(node)
+    input_types = [types.get(name) if name else None for name in node.inputs]
+
+    def constant_of(name: str) -> np.ndarray | None:
+        return known.get(name)
+
+    def infer_subgraph(body: Graph, body_input_types: list[ValueType | None]):
+        for name, vtype in zip(body.inputs, body_input_types):
+            if vtype is not None and body.types.get(name) is None:
+                body.types[name] = vtype
+        scope_known = dict(known)
+        scope_known["__types__"] = types
+        infer_shapes(body, scope_known)
+        return [body.types.get(o) for o in body.outputs]
+
+    ctx = InferContext(node, opdef, input_types, attrs, constant_of, infer_subgraph)
+    try:
+        inferred = opdef.infer(ctx)
+    except EmberError:
+        raise
+    except Exception as error:
+        raise ShapeError(f"node '{node.name}' ({node.op}): shape inference failed: "
+                         f"{type(error).__name__}: {error}") from error
+    for index, name in enumerate(node.outputs):
+        if not name:
+            continue
+        new = inferred[index] if index < len(inferred) else None
+        merged = merge_types(new, types.get(name))
+        types[name] = merged
+    if node.op in _FOLDABLE:
+        _fold_known_value(node, opdef, attrs, known, types)
+
+
+def _fold_known_value(node: Node, opdef, attrs: dict[str, Any], known: dict[str, Any],
+                      types: dict[str, ValueType | None]) -> None:
+    if node.op == "Shape" and node.inputs:
+        _fold_shape(node, attrs, known, types)
+        return
+    args = []
+    for name in node.inputs:
+        if not name:
+            args.append(None)
+            continue
+        if name not in known:
+            return
+        args.append(known[name])
+    try:
+        with np.errstate(all="ignore"):
+            result = opdef.reference(RefContext(node, opdef, lambda *a: []), *args, **attrs)
+    except Exception:
+        return  # folding only sharpens inference; a failure just loses precision
+    outputs = list(result) if isinstance(result, tuple) else [result]
+    for name, value in zip(node.outputs, outputs):
+        if name and isinstance(value, np.ndarray) and _small(value):
+            known[name] = _simplify(value)
+
+
+def _fold_shape(node: Node, attrs: dict[str, Any], known: dict[str, Any],
+                types: dict[str, ValueType | None]) -> None:
+    """Shape(x) is known whenever x's shape has no unknown dim, symbolic or not."""
+    vtype = types.get(node.inputs[0])
+    if not isinstance(vtype, TensorType) or vtype.shape is None:
+        return
+    rank = len(vtype.shape)
+    start = attrs.get("start") or 0
+    end = attrs.get("end")
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = rank if end is None else max(0, min(rank, end + rank if end < 0 else end))
+    dims = vtype.shape[start:end]
+    if any(d is None for d in dims):
+        return
+    known[node.outputs[0]] = _simplify(np.array(list(dims) or [], dtype=object).reshape(len(dims)))
+
+
+def _simplify(value: np.ndarray) -> np.ndarray:
+    """Object arrays that hold only ints become int64 arrays again."""
+    if value.dtype == object and all(isinstance(v, (int, np.integer)) for v in value.flat):
+        return value.astype(np.int64)
+    return value
+
+
+def _small(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.size <= _MAX_FOLD_ELEMENTS
+
+
+def merge_types(inferred: ValueType | None, declared: ValueType | None) -> ValueType | None:
+    """Combine an inferred and a declared type, keeping the most precise knowledge."""
+    if inferred is None:
+        return declared
+    if declared is None:
+        return inferred
+    if isinstance(inferred, TensorType) and isinstance(declared, TensorType):
+        if inferred.shape is None:
+            return TensorType(inferred.dtype, declared.shape)
+        if declared.shape is None or len(declared.shape) != len(inferred.shape):
+            return inferred
+        return TensorType(inferred.dtype,
+                          tuple(_merge_dim(a, b) for a, b in zip(inferred.shape, declared.shape)))
+    if isinstance(inferred, SequenceType) and isinstance(declared, SequenceType):
+        return SequenceType(merge_types(inferred.elem, declared.elem))
+    if isinstance(inferred, OptionalType) and isinstance(declared, OptionalType):
+        return OptionalType(merge_types(inferred.elem, declared.elem))
+    return inferred
+
+
+def _merge_dim(inferred: Dim, declared: Dim) -> Dim:
+    if inferred is None:
+        return declared
+    if isinstance(inferred, SymDim) and isinstance(declared, int):
+        return declared
+    if isinstance(inferred, SymDim) and isinstance(declared, SymDim) and \
+            all(s.startswith("_") for s in inferred.symbols):
+        return declared  # prefer the user's symbol names over fresh ones
+    return inferred

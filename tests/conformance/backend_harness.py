@@ -1,0 +1,129 @@
+"""Runs one case of the ONNX backend suite through ember, comparing as the suite does.
+
+Shared by the pytest conformance tests and ``tools/conformance.py`` so both judge alike.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import traceback
+import warnings
+
+import numpy as np
+
+
+def _normalize(item):
+    from onnx import numpy_helper
+    import onnx
+
+    if isinstance(item, onnx.TensorProto):
+        return numpy_helper.to_array(item)
+    if isinstance(item, onnx.SequenceProto):
+        return numpy_helper.to_list(item)
+    if isinstance(item, onnx.OptionalProto):
+        return numpy_helper.to_optional(item)
+    return item
+
+
+def _load_pb(path: str, type_proto):
+    import onnx
+    from onnx import numpy_helper
+
+    data = open(path, "rb").read()
+    which = type_proto.WhichOneof("value") if type_proto is not None else "tensor_type"
+    if which == "sequence_type":
+        proto = onnx.SequenceProto()
+        proto.ParseFromString(data)
+        return numpy_helper.to_list(proto)
+    if which == "optional_type":
+        proto = onnx.OptionalProto()
+        proto.ParseFromString(data)
+        return numpy_helper.to_optional(proto)
+    proto = onnx.TensorProto()
+    proto.ParseFromString(data)
+    return numpy_helper.to_array(proto)
+
+
+def data_sets(case):
+    """(model, [(inputs, expected_outputs), ...]) of a suite case, whatever its kind."""
+    import onnx
+
+    if case.model is not None and case.data_sets is not None:
+        return case.model, [([_normalize(i) for i in ins], [_normalize(o) for o in outs])
+                            for ins, outs in case.data_sets]
+    if case.model_dir is None:
+        return _real_model_data(case)
+    model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
+    sets = []
+    for folder in sorted(glob.glob(os.path.join(case.model_dir, "test_data_set*"))):
+        n_in = len(glob.glob(os.path.join(folder, "input_*.pb")))
+        n_out = len(glob.glob(os.path.join(folder, "output_*.pb")))
+        ins = [_load_pb(os.path.join(folder, f"input_{i}.pb"), model.graph.input[i].type)
+               for i in range(n_in)]
+        outs = [_load_pb(os.path.join(folder, f"output_{i}.pb"), model.graph.output[i].type)
+                for i in range(n_out)]
+        sets.append((ins, outs))
+    return model, sets
+
+
+def _real_model_data(case):
+    """'real' (light) models: inputs as the suite makes them; expected outputs from the suite's
+    stored files when present, else from onnx's ReferenceEvaluator (an oracle, test-only)."""
+    import onnx
+    import onnx.backend.test.runner as runner
+    from onnx.backend.test.runner import Runner
+
+    path = os.path.normpath(os.path.join(os.path.dirname(runner.__file__), "..", "..", "..", "..",
+                                         case.url))
+    model = onnx.load(path)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        feeds[vi.name] = Runner.generate_dummy_data(vi, seed=0, name=case.model_name,
+                                                    random=False)
+    prefix = os.path.splitext(path)[0]
+    stored = [f"{prefix}_output_{i}.pb" for i in range(len(model.graph.output))]
+    if all(os.path.exists(p) for p in stored):
+        outs = [_load_pb(p, model.graph.output[i].type) for i, p in enumerate(stored)]
+    else:
+        cache = os.path.join(os.environ.get("ONNX_HOME", os.path.expanduser("~/.onnx")),
+                             "ember_expected", case.model_name + ".npz")
+        if os.path.exists(cache):
+            loaded = np.load(cache)
+            outs = [loaded[f"o{i}"] for i in range(len(loaded.files))]
+        else:
+            from onnx.reference import ReferenceEvaluator
+
+            outs = ReferenceEvaluator(model).run(None, feeds)
+            os.makedirs(os.path.dirname(cache), exist_ok=True)
+            np.savez(cache, **{f"o{i}": o for i, o in enumerate(outs)})
+    return model, [(list(feeds.values()), outs)]
+
+
+def run_suite_case(case, mode: str = "reference") -> tuple[str, str]:
+    """('pass' | 'fail' | 'error', detail) for one suite case."""
+    from onnx.backend.test.runner import Runner
+
+    import ember.onnx_backend as backend
+
+    try:
+        model, sets = data_sets(case)
+    except Exception as error:
+        return "error", f"cannot load the case: {type(error).__name__}: {error}"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rep = backend.prepare(model, mode=mode)
+            for inputs, expected in sets:
+                outputs = rep.run(inputs)
+                Runner.assert_similar_outputs(expected, list(outputs), rtol=case.rtol,
+                                              atol=case.atol)
+    except AssertionError as error:
+        return "fail", f"AssertionError: {str(error).strip()}"
+    except Exception as error:
+        return "error", f"{type(error).__name__}: {error}\n" + "".join(
+            traceback.format_exception(error)[-3:])
+    return "pass", ""
