@@ -1,0 +1,1 @@
+"""Loads and runs compiled artifacts.  Imports only the standard library and numpy."""
