@@ -45,12 +45,12 @@ class ReferenceExecutor:
             opdef = get_op(node.op)
             assert opdef is not None  # checked in __init__
             args = [env[name] if name else None for name in node.inputs]
-            results = self._run_node(node, opdef, args, env)
+            results = self._run_node(graph, node, opdef, args, env)
             for name, value in zip(node.outputs, results):
                 if name:
                     env[name] = value
 
-    def _run_node(self, node: Node, opdef: OpDef, args: list[Any],
+    def _run_node(self, graph: Graph, node: Node, opdef: OpDef, args: list[Any],
                   env: MutableMapping[str, Any]) -> list[Any]:
         def run_subgraph(body: Graph, inputs: list[Any]) -> list[Any]:
             scope = ChainMap(dict(body.constants), env)
@@ -60,7 +60,7 @@ class ReferenceExecutor:
             return [scope[name] for name in body.outputs]
 
         ctx = RefContext(node, opdef, run_subgraph,
-                         [self.graph.types.get(o) for o in node.outputs])
+                         [graph.types.get(o) for o in node.outputs])
         attrs = opdef.resolve_attrs(node)
         try:
             with np.errstate(all="ignore"):

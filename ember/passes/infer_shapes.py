@@ -41,7 +41,7 @@ def infer_shapes(graph: Graph, outer_known: dict[str, Any] | None = None) -> Gra
     for node in graph.nodes:
         _infer_node(graph, node, types, known)
     for name, vtype in types.items():
-        if name not in outer_types or name in graph.types:
+        if vtype is not None and (name not in outer_types or name in graph.types):
             graph.types[name] = vtype
     return graph
 

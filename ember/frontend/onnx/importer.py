@@ -43,6 +43,8 @@ def load_onnx_model(model: Any):
     import onnx
 
     if isinstance(model, onnx.ModelProto):
+        if not model.HasField("graph"):
+            raise ModelLoadError("the ONNX model holds no graph")
         return model
     if isinstance(model, (bytes, bytearray)):
         try:
@@ -75,8 +77,6 @@ def load_onnx_model(model: Any):
 def import_onnx(model: Any, *, infer_shapes: bool = True) -> Graph:
     """Import an ONNX model (path, bytes or ModelProto) as an ember Graph."""
     proto = load_onnx_model(model)
-    if not proto.HasField("graph"):
-        raise ModelLoadError("the ONNX model holds no graph")
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
     if not opsets:
         opsets[""] = 1  # IR version 1-2 models carry no opset_import; ONNX says opset 1
@@ -187,9 +187,10 @@ class _Importer:
         if kind == AttributeProto.TENSOR:
             return self._tensor(aproto.t, f"attribute '{aproto.name}' of node '{node_name}'")
         if kind == AttributeProto.TENSORS:
-            return [numpy_helper.to_array(t) for t in aproto.tensors]
+            return [self._tensor(t, f"attribute '{aproto.name}' of node '{node_name}'")
+                    for t in aproto.tensors]
         if kind == AttributeProto.SPARSE_TENSOR:
-            return numpy_helper.to_array(sparse_to_dense(aproto.sparse_tensor))
+            return _normalize_array(numpy_helper.to_array(sparse_to_dense(aproto.sparse_tensor)))
         if kind == AttributeProto.TYPE_PROTO:
             return value_type(aproto.tp, f"attribute '{aproto.name}'")
         if kind == AttributeProto.TYPE_PROTOS:

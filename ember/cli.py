@@ -1,0 +1,451 @@
+"""The ``ember`` command line.
+
+    ember inspect MODEL.onnx [--ir | --no-ir] [--json OUT] [--dim N=8]
+    ember run MODEL.onnx [--input NAME=FILE.npy ...] [--dim N=1] [--seed S] [--output-dir DIR]
+
+MODEL may also be an ember graph JSON file (``--json`` output of ``inspect``).  Each subcommand
+is one ``_add_<name>`` function that declares its arguments and one ``_<name>`` function that
+runs it; :func:`main` dispatches and turns every :class:`EmberError` into a single
+``error: ...`` message on stderr with exit status 2 (an internal bug exits with status 1; pass
+``--traceback`` to see where it happened).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import ml_dtypes
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ember.core.dims import Dim, SymDim
+from ember.core.dtypes import DType
+from ember.core.errors import EmberError, InputError
+from ember.frontend.onnx import import_onnx
+from ember.interp import ReferenceExecutor
+from ember.ir.flops import FlopsEstimate, estimate_flops, format_flops
+from ember.ir.graph import Graph
+from ember.ir.serialize import load_graph, save_graph
+from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
+from ember.ir.verifier import verify
+from ember.ops.registry import get_op
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
+# ``inspect`` prints the IR by default when the graph has at most this many nodes.
+SMALL_GRAPH_NODES = 40
+PREVIEW_VALUES = 6
+# Random integer inputs lie in [0, RANDOM_INT_LIMIT): small, so that indices and axes are
+# more often valid.
+RANDOM_INT_LIMIT = 4
+
+# ---------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``ember`` command line; returns the exit status."""
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, or a usage error argparse already printed
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USER
+    # No markup: model, value and type names are printed as they are ("f32[batch, 3]").
+    console = Console(markup=False, highlight=False, soft_wrap=True)
+    try:
+        return args.handler(args, console)
+    except EmberError as error:
+        return _fail(str(error))
+    except OSError as error:  # writing outputs: a missing directory, no permission, disk full
+        where = f" '{error.filename}'" if error.filename else ""
+        return _fail(f"cannot access{where}: {error.strerror or error}")
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:
+        if args.traceback:
+            raise
+        _fail(f"internal error: {type(error).__name__}: {error} (this is a bug in ember; "
+              f"rerun with --traceback for details)")
+        return EXIT_INTERNAL
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USER
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ember", description="ember: a deep-learning compiler for ONNX models.")
+    parser.add_argument("--traceback", action="store_true",
+                        help="show the Python traceback of internal errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in (_add_inspect, _add_run):
+        add_command(commands)
+    return parser
+
+
+# ---------------------------------------------------------------------- shared arguments
+
+
+def _add_model_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", type=Path, metavar="MODEL",
+                        help="an .onnx model, or an ember graph .json file")
+
+
+def _add_dim_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--dim", action="append", default=[], type=_name_equals(_dim_size),
+                        metavar="NAME=SIZE", help=help_text)
+
+
+def _name_equals(convert: Callable[[str], Any]) -> Callable[[str], tuple[str, Any]]:
+    """An argparse type for ``NAME=VALUE`` options."""
+
+    def parse(text: str) -> tuple[str, Any]:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not value:
+            raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got '{text}'")
+        return name, convert(value)
+
+    return parse
+
+
+def _dim_size(text: str) -> int:
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"dimension size '{text}' is not an integer") from None
+    if size < 0:
+        raise argparse.ArgumentTypeError(f"dimension size {size} is negative")
+    return size
+
+
+def _load(path: Path) -> Graph:
+    """Import an ONNX model, or load an ember graph JSON file."""
+    if path.suffix.lower() == ".json":
+        return load_graph(path)
+    return import_onnx(path)
+
+
+def _bindings(graph: Graph, dims: list[tuple[str, int]]) -> dict[str, int]:
+    """The ``--dim`` bindings, checked against the symbols the model uses."""
+    known = _symbols(graph)
+    unknown = sorted({name for name, _ in dims} - known)
+    if unknown:
+        names = ", ".join(sorted(s for s in known if not s.startswith("_"))) or "none"
+        raise InputError(f"--dim names unknown dimension(s) {unknown}; the model's symbolic "
+                         f"dimensions are: {names}")
+    return dict(dims)
+
+
+def _symbols(graph: Graph) -> set[str]:
+    found: set[str] = set()
+    for vtype in _all_types(graph):
+        found.update(_type_symbols(vtype))
+    return found
+
+
+def _all_types(graph: Graph) -> list[ValueType | None]:
+    types = list(graph.types.values())
+    for node in graph.nodes:
+        for sub in node.subgraphs():
+            types.extend(_all_types(sub))
+    return types
+
+
+def _type_symbols(vtype: ValueType | None) -> set[str]:
+    if isinstance(vtype, (SequenceType, OptionalType)):
+        return _type_symbols(vtype.elem)
+    if isinstance(vtype, TensorType) and vtype.shape is not None:
+        return {s for d in vtype.shape if isinstance(d, SymDim) for s in d.symbols}
+    return set()
+
+
+# ---------------------------------------------------------------------- inspect
+
+
+def _add_inspect(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "inspect", help="summarize a model: signature, ops, parameters, FLOPs, IR",
+        description="Import a model and print its inputs, outputs, op histogram, parameter "
+                    "count, a FLOPs estimate and (for small graphs, or with --ir) its IR.")
+    _add_model_argument(parser)
+    parser.add_argument("--ir", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"print the graph IR (default: only for graphs of at most "
+                             f"{SMALL_GRAPH_NODES} nodes)")
+    parser.add_argument("--json", type=Path, metavar="OUT",
+                        help="also write the imported graph as ember graph JSON to OUT")
+    _add_dim_option(parser, "bind a symbolic dimension to evaluate the FLOPs estimate")
+    parser.set_defaults(handler=_inspect)
+
+
+def _inspect(args: argparse.Namespace, console: Console) -> int:
+    graph = _load(args.model)
+    bindings = _bindings(graph, args.dim)
+    console.print(Text(str(args.model), style="bold"), _provenance(graph))
+    console.print(_signature_table("Inputs", graph.inputs, graph))
+    console.print(_signature_table("Outputs", graph.outputs, graph))
+
+    flops = estimate_flops(graph)
+    console.print(_ops_table(graph, flops, bindings))
+    count, size, tensors = _parameters(graph)
+    console.print(f"Parameters: {count:,} in {tensors} constant(s), {_format_bytes(size)}")
+    console.print(f"FLOPs: {flops.format(bindings)}")
+    if flops.uncounted:
+        listed = ", ".join(f"{op} ({n})" for op, n in sorted(flops.uncounted.items()))
+        console.print(f"  not counted (no FLOPs rule): {listed}")
+    console.print(f"IR check: {_check(graph)}")
+
+    show_ir = args.ir if args.ir is not None else sum(1 for _ in graph.walk()) <= SMALL_GRAPH_NODES
+    if show_ir:
+        console.print()
+        console.out(str(graph), highlight=False)
+    if args.json is not None:
+        save_graph(graph, args.json)
+        console.print(f"wrote the graph IR as JSON to {args.json}")
+    return EXIT_OK
+
+
+def _provenance(graph: Graph) -> str:
+    meta = graph.metadata
+    parts = []
+    if meta.get("producer"):
+        parts.append(f"producer: {meta['producer']}")
+    if "ir_version" in meta:
+        parts.append(f"IR version {meta['ir_version']}")
+    opsets = meta.get("opsets") or {}
+    if opsets:
+        parts.append("opsets: " + ", ".join(f"{domain or 'ai.onnx'} {version}"
+                                            for domain, version in sorted(opsets.items())))
+    return f"({'; '.join(parts)})" if parts else ""
+
+
+def _ops_table(graph: Graph, flops: FlopsEstimate, bindings: Mapping[str, int]) -> Table:
+    """The op histogram (subgraphs included) with each op's share of the FLOPs."""
+    table = Table(title="Ops", title_justify="left")
+    table.add_column("op", overflow="fold")
+    table.add_column("nodes", justify="right")
+    table.add_column("FLOPs", justify="right")
+    for op_name, count in graph.op_histogram().items():
+        cost = format_flops(flops.by_op[op_name], bindings) if op_name in flops.by_op else "-"
+        table.add_row(op_name, str(count), cost)
+    return table
+
+
+def _signature_table(title: str, names: list[str], graph: Graph) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("name", overflow="fold")
+    table.add_column("type", overflow="fold")
+    for name in names:
+        vtype = graph.types.get(name)
+        table.add_row(name, str(vtype) if vtype is not None else "unknown")
+    return table
+
+
+def _parameters(graph: Graph) -> tuple[int, int, int]:
+    """(elements, bytes, tensors) over the constants of the graph and its subgraphs."""
+    count = size = tensors = 0
+    graphs = [graph]
+    while graphs:
+        current = graphs.pop()
+        for array in current.constants.values():
+            count += array.size
+            size += (sum(len(str(s).encode()) for s in array.flat) if array.dtype == object
+                     else array.nbytes)
+            tensors += 1
+        graphs.extend(sub for node in current.nodes for sub in node.subgraphs())
+    return count, size, tensors
+
+
+def _format_bytes(size: int) -> str:
+    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if size >= scale:
+            return f"{size / scale:.2f} {unit}"
+    return f"{size} bytes"
+
+
+def _check(graph: Graph) -> str:
+    try:
+        verify(graph, get_op)
+    except EmberError as error:
+        return f"FAILED ({error})"
+    return "ok"
+
+
+# ---------------------------------------------------------------------- run
+
+
+def _add_run(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "run", help="run a model with the reference executor",
+        description="Run a model with ember's numpy reference executor.  Inputs not given "
+                    "with --input are random, of the declared dtype and shape.")
+    _add_model_argument(parser)
+    parser.add_argument("--input", action="append", default=[], type=_name_equals(Path),
+                        metavar="NAME=FILE.npy", help="an input value from a .npy file")
+    _add_dim_option(parser, "size of a symbolic dimension for random inputs (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--output-dir", type=Path, metavar="DIR",
+                        help="save every output as DIR/NAME.npy")
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    graph = _load(args.model)
+    bindings = _bindings(graph, args.dim)
+    feeds = {name: _load_npy(name, path) for name, path in args.input}
+    _bind_from_inputs(graph, feeds, bindings)
+    rng = np.random.default_rng(args.seed)
+    sources = {name: "file" for name in feeds}
+    for name in graph.inputs:
+        if name not in feeds:
+            feeds[name] = _random_value(name, graph.types.get(name), bindings, rng)
+            sources[name] = f"random (seed {args.seed})"
+
+    outputs = ReferenceExecutor(graph).run(feeds)
+
+    console.print(_values_table("Inputs", feeds, sources))
+    console.print(_values_table("Outputs", outputs))
+    if args.output_dir is not None:
+        saved = _save_outputs(outputs, args.output_dir)
+        console.print(f"saved {len(saved)} file(s) to {args.output_dir}: {', '.join(saved)}")
+    return EXIT_OK
+
+
+def _load_npy(name: str, path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"input '{name}': file '{path}' does not exist") from None
+    except ValueError as error:
+        if "allow_pickle" in str(error):
+            raise InputError(f"input '{name}': '{path}' holds Python objects (a pickled "
+                             f"array); ember reads plain .npy arrays only") from None
+        raise InputError(f"input '{name}': '{path}' is not a valid .npy file: {error}") from None
+    except (OSError, EOFError) as error:
+        raise InputError(f"input '{name}': cannot read '{path}' as .npy: {error}") from None
+
+
+def _bind_from_inputs(graph: Graph, feeds: Mapping[str, Any], bindings: dict[str, int]) -> None:
+    """Symbols that a given input fixes (``x: f32[N, 3]`` fed 4x3 gives N=4), unless --dim set
+    them; the executor reports any inconsistency."""
+    for name, value in feeds.items():
+        vtype = graph.types.get(name)
+        if not isinstance(vtype, TensorType) or vtype.shape is None:
+            continue
+        if np.ndim(value) != len(vtype.shape):
+            continue  # the executor reports the mismatch
+        for dim, actual in zip(vtype.shape, np.shape(value)):
+            symbol = _single_symbol(dim)
+            if symbol is not None:
+                bindings.setdefault(symbol, int(actual))
+
+
+def _single_symbol(dim: Dim) -> str | None:
+    if isinstance(dim, SymDim) and len(dim.terms) == 1:
+        monomial, coefficient = dim.terms[0]
+        if coefficient == 1 and len(monomial) == 1:
+            return monomial[0]
+    return None
+
+
+def _random_value(name: str, vtype: ValueType | None, bindings: Mapping[str, int],
+                  rng: np.random.Generator) -> Any:
+    """A random value of ``vtype``: symbolic dims from ``bindings`` (default 1)."""
+    if isinstance(vtype, SequenceType):
+        return [_random_value(name, vtype.elem, bindings, rng)]
+    if isinstance(vtype, OptionalType):
+        return None if vtype.elem is None else _random_value(name, vtype.elem, bindings, rng)
+    if not isinstance(vtype, TensorType) or vtype.shape is None:
+        what = "no declared type" if vtype is None else f"type {vtype} of unknown rank"
+        raise InputError(f"input '{name}' has {what}; give its value with "
+                         f"--input {name}=FILE.npy")
+    shape = tuple(_concrete(dim, bindings) for dim in vtype.shape)
+    return _random_array(vtype.dtype, shape, rng)
+
+
+def _concrete(dim: Dim, bindings: Mapping[str, int]) -> int:
+    if isinstance(dim, SymDim):
+        return max(dim.evaluate({s: bindings.get(s, 1) for s in dim.symbols}), 0)
+    return 1 if dim is None else int(dim)
+
+
+def _random_array(dtype: DType, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    if dtype is DType.STRING:
+        words = np.array(["alpha", "beta", "gamma", "delta"], dtype=object)
+        return rng.choice(words, size=shape)
+    if dtype is DType.BOOL:
+        return rng.random(shape) < 0.5
+    if dtype in (DType.COMPLEX64, DType.COMPLEX128):
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype.numpy)
+    if dtype.is_float:
+        return rng.standard_normal(shape).astype(np.float32).astype(dtype.numpy)
+    high = min(RANDOM_INT_LIMIT, int(ml_dtypes.iinfo(dtype.numpy).max) + 1)
+    return rng.integers(0, high, size=shape).astype(dtype.numpy)
+
+
+def _values_table(title: str, values: Mapping[str, Any],
+                  sources: Mapping[str, str] | None = None) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("name", "dtype", "shape", "values") + (("source",) if sources else ()):
+        table.add_column(column, overflow="fold")
+    for name, value in values.items():
+        row = [name, *_describe_value(value)]
+        if sources:
+            row.append(sources.get(name, ""))
+        table.add_row(*row)
+    return table
+
+
+def _describe_value(value: Any) -> tuple[str, str, str]:
+    """(dtype, shape, preview) of a tensor, sequence or optional value."""
+    if value is None:
+        return "-", "-", "empty optional"
+    if isinstance(value, list):
+        dtypes = sorted({str(np.asarray(v).dtype) for v in value})
+        shapes = ", ".join(str(np.shape(v)) for v in value[:3]) + (", ..." if len(value) > 3
+                                                                    else "")
+        return (" | ".join(dtypes) or "-", f"sequence of {len(value)}: [{shapes}]", "")
+    array = np.asarray(value)
+    return str(array.dtype), str(array.shape), _preview(array)
+
+
+def _preview(array: np.ndarray) -> str:
+    flat = array.reshape(-1)[:PREVIEW_VALUES]
+    suffix = ", ..." if array.size > PREVIEW_VALUES else ""
+    if array.dtype == object:
+        return "[" + ", ".join(repr(v) for v in flat) + suffix + "]"
+    if array.dtype.type.__module__ == "ml_dtypes":  # bfloat16, float8, int4: print via numpy
+        flat = flat.astype(np.float32 if DType.from_numpy(array.dtype).is_float else np.int64)
+    text = np.array2string(flat, precision=4, separator=", ", max_line_width=10**6)
+    return text[:-1] + suffix + "]"
+
+
+def _save_outputs(outputs: Mapping[str, Any], directory: Path) -> list[str]:
+    """Save each output as NAME.npy (a sequence as NAME_0.npy, NAME_1.npy, ...)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    saved: list[str] = []
+    stems: set[str] = set()
+    for name, value in outputs.items():
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "output"
+        while stem in stems:  # two names that sanitize alike ("a/b", "a:b") keep two files
+            stem += "_"
+        stems.add(stem)
+        if isinstance(value, list):
+            files = {f"{stem}_{index}.npy": item for index, item in enumerate(value)}
+        elif value is None:
+            files = {}  # an empty optional has nothing to save
+        else:
+            files = {f"{stem}.npy": value}
+        for file_name, item in files.items():
+            np.save(directory / file_name, np.asarray(item))
+            saved.append(file_name)
+    return saved
+
+
+if __name__ == "__main__":
+    sys.exit(main())
