@@ -15,6 +15,10 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
+    "compile": ("ember.api", "compile"),
+    "load": ("ember.api", "load"),
+    "Module": ("ember.api", "Module"),
+    "Target": ("ember.core.target", "Target"),
     "import_onnx": ("ember.frontend.onnx", "import_onnx"),
     "Graph": ("ember.ir.graph", "Graph"),
     "Node": ("ember.ir.graph", "Node"),

@@ -1,8 +1,10 @@
 """A standard ONNX backend (``onnx.backend.base``) over ember, like ``onnxruntime.backend``.
 
     import ember.onnx_backend as backend
-    rep = backend.prepare("model.onnx")          # mode="reference" runs ember's numpy oracle
+    rep = backend.prepare("model.onnx")          # mode="compiled": one native library
     outputs = rep.run([x])                       # list of arrays, in graph-output order
+
+``mode="reference"`` runs ember's numpy oracle (every op's reference) instead of compiling.
 
 ``prepare`` accepts a path, bytes or a ModelProto.
 """
@@ -19,7 +21,8 @@ from ember.frontend.onnx.importer import import_onnx, load_onnx_model
 from ember.interp.reference import ReferenceExecutor
 from ember.ir.graph import Graph
 
-MODES = ("reference",)
+MODES = ("compiled", "reference")
+DEFAULT_MODE = "compiled"
 
 
 class EmberRep(BackendRep):
@@ -28,11 +31,25 @@ class EmberRep(BackendRep):
     def __init__(self, graph: Graph, mode: str):
         self.graph = graph
         self.mode = mode
-        self._executor = ReferenceExecutor(graph)
+        if mode == "reference":
+            self._executor = ReferenceExecutor(graph)
+        else:
+            from ember.api import Module
+            from ember.build.pipeline import BuildOptions
+
+            self._module = Module(graph, BuildOptions())
+
+    @property
+    def module(self):
+        """The compiled ember.Module (mode="compiled" only)."""
+        return self._module
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         feeds = self._feeds(inputs)
-        outputs = self._executor.run(feeds)
+        if self.mode == "reference":
+            outputs = self._executor.run(feeds)
+        else:
+            outputs = self._module.run(feeds)
         return tuple(outputs[name] for name in self.graph.outputs)
 
     def _feeds(self, inputs: Any) -> dict[str, Any]:
@@ -58,7 +75,7 @@ class EmberBackend(Backend):
             return False
 
     @classmethod
-    def prepare(cls, model: Any, device: str = "CPU", mode: str = "reference",
+    def prepare(cls, model: Any, device: str = "CPU", mode: str = DEFAULT_MODE,
                 **kwargs: Any) -> EmberRep:
         if not cls.supports_device(device):
             raise EmberError(f"device '{device}' is not supported; ember runs on CPU")

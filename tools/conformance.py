@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("ONNX_HOME", str(ROOT / ".onnx_home"))
-    from expected_failures import EXPECTED_FAILURES
+    from expected_failures import expected_failures
+
+    known_failures = expected_failures(args.mode)
 
     kinds = list(KINDS) if args.kind == "all" else args.kind.split(",")
     cases = _load_cases(kinds, args.filter)
@@ -116,13 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     unexpected_fail, unexpected_pass = [], []
     for kind, name, status, detail, _ in results:
         per_kind[kind][status] += 1
-        expected = name in EXPECTED_FAILURES
+        expected = name in known_failures
         if status == "pass" and expected:
             unexpected_pass.append(name)
         elif status != "pass" and not expected:
             unexpected_fail.append((name, detail))
         if args.verbose and status != "pass":
-            print(f"--- {name} [{status}] {'(expected: ' + EXPECTED_FAILURES[name] + ')' if expected else ''}")
+            print(f"--- {name} [{status}] {'(expected: ' + known_failures[name] + ')' if expected else ''}")
             print("    " + detail.replace("\n", "\n    ")[:2000])
 
     print(f"\nONNX backend suite, ember mode={args.mode} ({time.time() - started:.0f} s)")
@@ -131,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(counts.values())
         print(f"  {kind:18s} {counts['pass']:5d} / {total:5d} passed"
               f"  ({total - counts['pass']} not: {dict((k, v) for k, v in counts.items() if k != 'pass')})")
+    if args.mode == "compiled":
+        fallback_cases = [(n, d) for _, n, s, d, _ in results if s == "pass" and d]
+        fallback_ops = collections.Counter(op for _, d in fallback_cases
+                                           for op in d.removeprefix("fallback: ").split(", "))
+        print(f"  passing cases with numpy-fallback nodes: {len(fallback_cases)} "
+              f"(ops: {', '.join(f'{op}×{c}' for op, c in fallback_ops.most_common(25))})")
     if unexpected_fail:
         print(f"\n{len(unexpected_fail)} unexpected failure(s):")
         for name, detail in unexpected_fail:

@@ -7,13 +7,10 @@ and, where possible, what to do about it.  Internal bugs stay ordinary Python ex
 
 from __future__ import annotations
 
+from ember.runtime.errors import EmberError, ExecutionError, InputError, ModelLoadError
 
-class EmberError(Exception):
-    """Base class of every error ember raises on purpose."""
-
-
-class ModelLoadError(EmberError):
-    """The model file could not be read: missing, truncated, malformed or inconsistent."""
+__all__ = ["EmberError", "ExecutionError", "InputError", "ModelLoadError", "OpAttributeError",
+           "ShapeError", "UnsupportedOpError", "VerificationError"]
 
 
 class UnsupportedOpError(EmberError):
@@ -39,14 +36,6 @@ class OpAttributeError(EmberError):
 
 class ShapeError(EmberError):
     """Shapes or dtypes of a node's inputs are inconsistent with what the op accepts."""
-
-
-class InputError(EmberError):
-    """Run-time inputs do not match the model's signature (count, name, shape or dtype)."""
-
-
-class ExecutionError(EmberError):
-    """An op failed while running; the message names the node and op."""
 
 
 class VerificationError(EmberError):

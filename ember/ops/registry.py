@@ -184,6 +184,31 @@ def op(
     return register
 
 
+def compute_of(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Attach the decorated compute definition to the ops ``names`` (already registered).
+
+    A compute function takes ``(ctx, *input_tensors, **attrs)`` (see ``ember.ir.compute``) and
+    returns the output tensor(s); it raises ``ember.ops.registry.NoCompute`` for
+    configurations it does not handle, which then run the numpy reference instead.
+    """
+
+    def attach(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in names:
+            opdef = _REGISTRY.get(name)
+            if opdef is None:
+                raise ValueError(f"compute for unknown op {name}")
+            if opdef.compute is not None:
+                raise ValueError(f"op {name} has two compute definitions")
+            opdef.compute = fn
+        return fn
+
+    return attach
+
+
+class NoCompute(Exception):
+    """Raised by a compute definition for a case it does not cover (dtype, attribute value)."""
+
+
 def _arity_from_signature(fn: Callable[..., Any]) -> tuple[int, int]:
     params = list(inspect.signature(fn).parameters.values())[1:]  # skip ctx
     required = optional = 0
@@ -216,6 +241,7 @@ def _load_families() -> None:
     if not _loaded:
         _loaded = True
         import ember.ops.families  # noqa: F401  (registers every op family)
+        import ember.ops.compute  # noqa: F401  (attaches compute definitions)
 
 
 # ---------------------------------------------------------------------------- contexts

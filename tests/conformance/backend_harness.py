@@ -121,6 +121,10 @@ def run_suite_case(case, mode: str = "reference") -> tuple[str, str]:
                 outputs = rep.run(inputs)
                 Runner.assert_similar_outputs(expected, list(outputs), rtol=case.rtol,
                                               atol=case.atol)
+            if mode == "compiled":
+                fallbacks = sorted({impl.node.op for impl in rep.module.build.host_nodes})
+                if fallbacks:
+                    return "pass", "fallback: " + ", ".join(fallbacks)
     except AssertionError as error:
         return "fail", f"AssertionError: {str(error).strip()}"
     except Exception as error:

@@ -1,0 +1,239 @@
+"""Tensor expressions: the declarative compute definitions ops give for lowering.
+
+An op describes each output element as an expression over input elements, in the spirit of
+TVM's ``te.compute``:
+
+    def relu(ctx, x):
+        return compute(x.shape, lambda *i: maximum(x[i], zero(x.dtype)), name="relu")
+
+    def matmul(ctx, a, b):
+        k = reduce_axis(a.shape[1], "k")
+        return compute((a.shape[0], b.shape[1]),
+                       lambda i, j: reduce_sum(a[i, k] * b[k, j], k), name="matmul")
+
+``x[i]`` on a :class:`Tensor` is a loop-IR ``Load``; the body is an ordinary loop-IR
+expression, which may contain one :class:`Reduce` (optionally wrapped in an epilogue such as
+``reduce_sum(...) / n``).  Multi-stage ops (softmax) chain several ``compute`` calls; lowering
+(``ember.lower``) materializes every stage but the outputs in local buffers.
+
+Shapes here are static ints: ember compiles for concrete shapes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ember.core.dtypes import DType
+from ember.ir.loop.buffer import Buffer
+from ember.ir.loop.expr import INDEX, Cast, Const, Expr, Load, Var, as_expr
+
+_names = itertools.count()
+
+
+@dataclass
+class ComputeContext:
+    """What an op's compute function sees: the node, its static types and attributes."""
+
+    node: Any
+    input_types: list[Any]
+    output_types: list[Any]
+    attrs: dict[str, Any]
+    constants: dict[int, Any]  # input index -> numpy value, for inputs known at compile time
+
+    def value(self, index: int):
+        """The compile-time value of input ``index`` (e.g. Reshape's shape), or None."""
+        return self.constants.get(index)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.output_types)
+
+
+@dataclass(eq=False)
+class Tensor:
+    """A tensor of a compute definition: a placeholder (an input) or a computed stage."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    buffer: Buffer
+    stage: "Stage | None" = None  # None for placeholders
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return self.buffer.size
+
+    def __getitem__(self, indices) -> Expr:
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        if len(indices) == 1 and isinstance(indices[0], (tuple, list)):
+            indices = tuple(indices[0])
+        if len(indices) != len(self.shape):
+            raise ValueError(f"tensor {self.name} has rank {len(self.shape)}, "
+                             f"indexed with {len(indices)} indices")
+        if not self.shape:
+            return Load(self.buffer, Const(0, INDEX))
+        return Load(self.buffer, self.buffer.flat_index([as_expr(i) for i in indices]))
+
+    def flat(self, index: Expr) -> Expr:
+        """Element ``index`` of the row-major flattened tensor."""
+        return Load(self.buffer, index)
+
+
+@dataclass(frozen=True, eq=True)
+class IterVar(Var):
+    """A reduction axis: a loop variable that also knows its extent."""
+
+    extent: int = 0
+
+    @property
+    def var(self) -> Var:
+        return self
+
+
+@dataclass(frozen=True, eq=True)
+class Reduce(Expr):
+    """``combiner`` over ``axes`` of ``source`` starting from ``init``.
+
+    Combiners: ``sum``, ``prod``, ``max``, ``min``.  Only valid inside a compute body.
+    """
+
+    combiner: str
+    source: Expr
+    axes: tuple[IterVar, ...]
+    init: Expr
+    condition: Expr | None = None  # lanes where it is false do not contribute
+
+    @property
+    def dtype(self) -> DType:
+        return self.source.dtype
+
+    @property
+    def lanes(self) -> int:
+        return 1
+
+
+@dataclass(eq=False)
+class Stage:
+    """How one computed tensor is defined: its index variables and element expression.
+
+    ``inputs`` are the tensors the body reads (placeholders or other stages), in first-use order.
+    """
+
+    axes: tuple[Var, ...]
+    body: Expr
+    output: Tensor
+    inputs: tuple[Tensor, ...] = ()
+
+
+# Every live tensor by its buffer, so a stage can name the tensors its body loads from.
+_TENSORS: "weakref.WeakValueDictionary[Buffer, Tensor]" = weakref.WeakValueDictionary()
+
+
+def _read_tensors(body: Expr) -> tuple[Tensor, ...]:
+    from ember.ir.loop.functor import walk
+
+    found: dict[int, Tensor] = {}
+    for node in walk(body):
+        if isinstance(node, Load):
+            tensor = _TENSORS.get(node.buffer)
+            if tensor is not None:
+                found.setdefault(id(tensor), tensor)
+    return tuple(found.values())
+
+
+def placeholder(shape: Sequence[int], dtype: DType, name: str = "in") -> Tensor:
+    shape = tuple(int(d) for d in shape)
+    tensor = Tensor(name, dtype, shape, Buffer(name, dtype, shape))
+    _TENSORS[tensor.buffer] = tensor
+    return tensor
+
+
+def compute(shape: Sequence[int], fcompute: Callable[..., Expr], name: str = "T",
+            dtype: DType | None = None) -> Tensor:
+    """A tensor whose element at index ``i`` is ``fcompute(*i)``."""
+    shape = tuple(int(d) for d in shape)
+    unique = f"{name}_{next(_names)}"
+    axes = tuple(Var(f"{unique}_i{a}") for a in range(len(shape)))
+    body = as_expr(fcompute(*axes))
+    out_dtype = dtype or body.dtype
+    if body.dtype != out_dtype:
+        body = Cast(out_dtype, body)
+    tensor = Tensor(unique, out_dtype, shape, Buffer(unique, out_dtype, shape))
+    tensor.stage = Stage(axes, body, tensor, _read_tensors(body))
+    _TENSORS[tensor.buffer] = tensor
+    return tensor
+
+
+def reduce_axis(extent: int, name: str = "k") -> IterVar:
+    return IterVar(f"{name}_{next(_names)}", INDEX, int(extent))
+
+
+def _axes(axis: IterVar | Sequence[IterVar]) -> tuple[IterVar, ...]:
+    return (axis,) if isinstance(axis, IterVar) else tuple(axis)
+
+
+def identity(combiner: str, dtype: DType) -> Const:
+    """The neutral element of a combiner in ``dtype``."""
+    import numpy as np
+
+    if combiner == "sum":
+        return Const(0.0 if dtype.is_float else 0, dtype)
+    if combiner == "prod":
+        return Const(1.0 if dtype.is_float else 1, dtype)
+    if combiner in ("max", "min"):
+        if dtype.is_float:
+            return Const(float("-inf") if combiner == "max" else float("inf"), dtype)
+        if dtype == DType.BOOL:
+            return Const(combiner == "min", dtype)
+        info = np.iinfo(dtype.numpy)
+        return Const(int(info.min if combiner == "max" else info.max), dtype)
+    raise ValueError(f"unknown combiner {combiner!r}")
+
+
+def reduce_sum(source: Expr, axis, condition: Expr | None = None) -> Reduce:
+    return Reduce("sum", source, _axes(axis), identity("sum", source.dtype), condition)
+
+
+def reduce_prod(source: Expr, axis, condition: Expr | None = None) -> Reduce:
+    return Reduce("prod", source, _axes(axis), identity("prod", source.dtype), condition)
+
+
+def reduce_max(source: Expr, axis, condition: Expr | None = None) -> Reduce:
+    return Reduce("max", source, _axes(axis), identity("max", source.dtype), condition)
+
+
+def reduce_min(source: Expr, axis, condition: Expr | None = None) -> Reduce:
+    return Reduce("min", source, _axes(axis), identity("min", source.dtype), condition)
+
+
+def const_like(value: float | int | bool, dtype: DType) -> Const:
+    """A constant of ``dtype`` (ints for integer types, floats for float types)."""
+    if dtype == DType.BOOL:
+        return Const(bool(value), dtype)
+    return Const(float(value) if dtype.is_float else int(value), dtype)
+
+
+def unravel(flat: Expr, shape: Sequence[int]) -> list[Expr]:
+    """Per-axis indices of a row-major flat index (``flat`` must be in range)."""
+    from ember.ir.loop.simplify import simplify
+
+    strides, stride = [], 1
+    for d in reversed(shape):
+        strides.append(stride)
+        stride *= d
+    strides.reverse()
+    indices: list[Expr] = []
+    for axis, (d, s) in enumerate(zip(shape, strides)):
+        index = flat // s if s != 1 else flat
+        if axis > 0:
+            index = index % d
+        indices.append(simplify(index))
+    return indices

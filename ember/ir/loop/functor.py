@@ -1,0 +1,71 @@
+"""Generic traversal and rewriting of loop-IR trees.
+
+:func:`rewrite` rebuilds a tree bottom-up, calling ``fn`` on every Expr and Stmt after its
+children were rewritten; ``fn`` returns a replacement or None to keep the node.  Because the IR
+is immutable, unchanged subtrees are shared, not copied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterator, TypeVar
+
+from ember.ir.loop.buffer import Buffer
+from ember.ir.loop.expr import Expr
+from ember.ir.loop.stmt import PrimFunc, Stmt
+
+Node = TypeVar("Node", Expr, Stmt)
+RewriteFn = Callable[[object], object | None]
+
+
+def _children_fields(node: object) -> list[str]:
+    return [f.name for f in dataclasses.fields(node) if f.name != "buffer"] \
+        if dataclasses.is_dataclass(node) else []
+
+
+def rewrite(node, fn: RewriteFn):
+    """Post-order rewrite of an Expr/Stmt tree (buffers are not visited)."""
+    if isinstance(node, tuple):
+        items = tuple(rewrite(x, fn) for x in node)
+        return items if any(a is not b for a, b in zip(items, node)) else node
+    if not isinstance(node, (Expr, Stmt)):
+        return node
+    changes = {}
+    for name in _children_fields(node):
+        value = getattr(node, name)
+        if isinstance(value, (Expr, Stmt, tuple)):
+            new = rewrite(value, fn)
+            if new is not value:
+                changes[name] = new
+    rebuilt = dataclasses.replace(node, **changes) if changes else node
+    replaced = fn(rebuilt)
+    return rebuilt if replaced is None else replaced
+
+
+def walk(node) -> Iterator[object]:
+    """Every Expr and Stmt in the tree, pre-order."""
+    if isinstance(node, tuple):
+        for x in node:
+            yield from walk(x)
+        return
+    if not isinstance(node, (Expr, Stmt)):
+        return
+    yield node
+    for name in _children_fields(node):
+        value = getattr(node, name)
+        if isinstance(value, (Expr, Stmt, tuple)):
+            yield from walk(value)
+
+
+def buffers_used(func_or_stmt) -> set[Buffer]:
+    """Buffers that a function body loads from or stores to."""
+    body = func_or_stmt.body if isinstance(func_or_stmt, PrimFunc) else func_or_stmt
+    return {n.buffer for n in walk(body) if hasattr(n, "buffer") and isinstance(
+        getattr(n, "buffer"), Buffer)}
+
+
+def substitute(node, mapping: dict) -> object:
+    """Replace Vars (keys) by expressions (values) throughout ``node``."""
+    from ember.ir.loop.expr import Var
+
+    return rewrite(node, lambda n: mapping.get(n) if isinstance(n, Var) else None)

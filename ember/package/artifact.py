@@ -1,0 +1,111 @@
+"""Write a :class:`~ember.build.Build` as an artifact directory (format: ember.runtime.artifact).
+
+The directory is written under a temporary name and renamed into place at the end, so a
+failure never leaves a half-written artifact where a valid one is expected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember import __version__
+from ember.build.pipeline import Build, describe_value
+from ember.runtime.artifact import FORMAT, FORMAT_VERSION, MANIFEST, sha256_of
+
+LIBRARY = "model.so"
+WEIGHTS = "weights.safetensors"
+HOST_NODES = "host_nodes.json"
+
+
+def host_node_entries(build: Build) -> list[dict[str, Any]]:
+    """The manifest's description of every fallback node (what the runtime must call)."""
+    entries = []
+    for impl in build.host_nodes:
+        node = impl.node
+        entries.append({
+            "index": impl.index, "op": node.op, "name": node.name, "reason": impl.reason,
+            "inputs": [describe_value(build.graph, n) for n in node.inputs if n],
+            "outputs": [describe_value(build.graph, n) for n in node.outputs if n],
+        })
+    return entries
+
+
+def manifest_for(build: Build) -> dict[str, Any]:
+    g = build.graph
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "ember_version": __version__,
+        "model": g.name,
+        "target": build.target.to_dict(),
+        "library": LIBRARY,
+        "weights_file": WEIGHTS,
+        "inputs": [describe_value(g, n) for n in g.inputs],
+        "outputs": [describe_value(g, n) for n in g.outputs],
+        "workspace_size": build.workspace_size,
+        "weights_size": build.weights_size,
+        "weights": {name: {"key": f"w{i}", "offset": build.weight_offsets[name],
+                           "nbytes": int(array.nbytes), "dtype": array.dtype.name,
+                           "shape": list(array.shape)}
+                    for i, (name, array) in enumerate(build.weights.items())},
+        "host_nodes": host_node_entries(build),
+    }
+
+
+def save_artifact(build: Build, path: str | Path) -> Path:
+    """Write the artifact directory ``path`` (replacing an existing artifact there)."""
+    from safetensors.numpy import save_file
+
+    from ember.ir.serialize import graph_to_json
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        shutil.copyfile(build.library, staging / LIBRARY)
+        tensors = {f"w{i}": _as_bytes_if_needed(array)
+                   for i, array in enumerate(build.weights.values())}
+        save_file(tensors, str(staging / WEIGHTS))
+        manifest = manifest_for(build)
+        if build.host_nodes:
+            details = {str(impl.index): {"node": graph_to_json(_node_graph(build, impl.node))}
+                       for impl in build.host_nodes}
+            (staging / HOST_NODES).write_text(json.dumps(details))
+        files = [LIBRARY, WEIGHTS] + ([HOST_NODES] if build.host_nodes else [])
+        manifest["files"] = {name: sha256_of(staging / name) for name in files}
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        if path.exists():
+            if not (path / MANIFEST).exists():
+                raise FileExistsError(f"'{path}' exists and is not an ember artifact; "
+                                      f"not overwriting it")
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return path
+
+
+def _as_bytes_if_needed(array: np.ndarray) -> np.ndarray:
+    """safetensors' numpy API knows the standard dtypes; store the others as raw bytes."""
+    if array.dtype.kind in "fiub" and array.dtype.name in (
+            "float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64",
+            "uint32", "uint16", "uint8", "bool"):
+        return np.ascontiguousarray(array)
+    return np.frombuffer(np.ascontiguousarray(array).tobytes(), dtype=np.uint8)
+
+
+def _node_graph(build: Build, node):
+    """A one-node graph holding the node, for the host-node description."""
+    from ember.ir.graph import Graph
+
+    return Graph(name=node.name or node.op, inputs=[n for n in node.inputs if n],
+                 outputs=[n for n in node.outputs if n], nodes=[node],
+                 types={n: build.graph.types[n] for n in node.inputs + node.outputs if n})
