@@ -26,7 +26,7 @@ from ember.ops.registry import InferContext, RefContext, get_op
 # Ops whose reference is cheap and exact on small integer/symbolic arrays.
 _FOLDABLE = {
     "Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Cast", "Identity",
-    "Add", "Sub", "Mul", "Reshape", "Equal", "Where", "ConstantOfShape", "Range", "Neg",
+    "Add", "Sub", "Mul", "Div", "Reshape", "Equal", "Where", "ConstantOfShape", "Range", "Neg",
     "Max", "Min", "Abs", "ReduceProd", "Expand", "Tile", "Flatten", "Transpose",
 }
 _MAX_FOLD_ELEMENTS = 4096

@@ -161,7 +161,9 @@ class _Importer:
                 else:
                     new_nodes.append(current)
             replacement = new_nodes
-        for new in builder.pending + replacement:
+        # Nodes an upgrade built with the builder but did not place itself go first.
+        placed = {id(n) for n in replacement}
+        for new in [n for n in builder.pending if id(n) not in placed] + replacement:
             self._check_supported(new, nproto.op_type)
             graph.nodes.append(new)
             visible.update(o for o in new.outputs if o)
