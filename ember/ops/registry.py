@@ -122,7 +122,7 @@ class OpDef:
         resolved = {}
         for key, spec in self.attrs.items():
             if key in node.attrs:
-                resolved[key] = node.attrs[key]
+                resolved[key] = _coerce_attr(self.name, node, key, spec, node.attrs[key])
             elif spec.default is REQUIRED:
                 raise OpAttributeError(
                     f"node '{node.name}' ({self.name}): required attribute '{key}' is missing"
@@ -143,6 +143,39 @@ class OpDef:
             raise ShapeError(f"node '{node.name}' ({self.name}) has {n_out} outputs; "
                              f"{self.name} produces {self.min_outputs} to "
                              f"{'any' if self.max_outputs < 0 else self.max_outputs}")
+
+
+def _coerce_attr(op_name: str, node: "Node", key: str, spec: Attr, value: Any) -> Any:
+    """Check an attribute value against its declared kind (ints given as floats are converted
+    when exact, numbers for floats become floats); mismatches name the node and attribute."""
+    def bad() -> OpAttributeError:
+        return OpAttributeError(f"node '{node.name}' ({op_name}): attribute '{key}' must be "
+                                f"of kind {spec.kind}, got {type(value).__name__} {value!r:.60}")
+
+    if spec.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                             np.floating)):
+            raise bad()
+        if float(value) != int(value):
+            raise bad()
+        return int(value)
+    if spec.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                             np.floating)):
+            raise bad()
+        return float(value)
+    if spec.kind == "string" and not isinstance(value, str):
+        raise bad()
+    if spec.kind in ("ints", "floats", "strings"):
+        if not isinstance(value, (list, tuple)):
+            raise bad()
+        if spec.kind == "ints":
+            if any(isinstance(v, bool) or float(v) != int(v) for v in value):
+                raise bad()
+            return [int(v) for v in value]
+        if spec.kind == "floats":
+            return [float(v) for v in value]
+    return value
 
 
 _REGISTRY: dict[str, OpDef] = {}
