@@ -72,6 +72,7 @@ class ReferenceExecutor:
                 f"node '{node.name}' ({node.op}) failed: {type(error).__name__}: {error}"
             ) from error
         outputs = list(result) if isinstance(result, tuple) else [result]
+        outputs = [np.asarray(v) if isinstance(v, np.generic) else v for v in outputs]
         if len(outputs) < len([o for o in node.outputs if o]):
             raise ExecutionError(f"node '{node.name}' ({node.op}) produced {len(outputs)} "
                                  f"outputs, the node names {len(node.outputs)}")

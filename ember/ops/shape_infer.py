@@ -68,6 +68,11 @@ def broadcast_to_dtype(dtype: DType | None = None):
     """infer: broadcast every tensor input; output dtype is ``dtype`` or that of input 0."""
 
     def infer(ctx: InferContext) -> list[ValueType | None]:
+        if any(not isinstance(t, TensorType) for t in ctx.inputs if t is not None) or \
+                not any(t is not None for t in ctx.inputs):
+            known = [t for t in ctx.inputs if isinstance(t, TensorType)]
+            out_dtype = dtype or (known[0].dtype if known else None)
+            return [TensorType(out_dtype, None) if out_dtype is not None else None]
         types = [tensor_input(ctx, i) for i in range(len(ctx.inputs)) if ctx.inputs[i] is not None]
         try:
             shape = broadcast_shapes([t.shape for t in types])

@@ -104,6 +104,7 @@ def _fold_known_value(node: Node, opdef, attrs: dict[str, Any], known: dict[str,
     except Exception:
         return  # folding only sharpens inference; a failure just loses precision
     outputs = list(result) if isinstance(result, tuple) else [result]
+    outputs = [np.asarray(v) if isinstance(v, np.generic) else v for v in outputs]
     for name, value in zip(node.outputs, outputs):
         if name and isinstance(value, np.ndarray) and _small(value):
             known[name] = _simplify(value)
