@@ -173,6 +173,10 @@ class _Importer:
         if get_op(node.op) is not None:
             return
         reason = _DECLINED_REASONS.get(onnx_op)
+        if reason is None and node.domain.startswith("ai.onnx.preview.training"):
+            reason = "training-only ops are outside ember's scope (it compiles inference)"
+        elif reason is None and node.domain.startswith("ai.onnx.preview"):
+            reason = "preview ops (not in a released opset) are not supported yet"
         if reason is None:
             domain = f" in domain '{node.domain}'" if node.domain else ""
             reason = f"ember has no implementation of {onnx_op}{domain}"
