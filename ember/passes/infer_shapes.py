@@ -64,7 +64,12 @@ def _infer_node(graph: Graph, node: Node, types: dict[str, ValueType | None],
                 body.types[name] = vtype
         scope_known = dict(known)
         scope_known["__types__"] = types
-        infer_shapes(body, scope_known)
+        try:
+            infer_shapes(body, scope_known)
+        except ShapeError:
+            # A body may be invalid for shapes it never runs with (the untaken If branch):
+            # its outputs are then simply unknown; running it would report the real error.
+            return [None] * len(body.outputs)
         return [body.types.get(o) for o in body.outputs]
 
     ctx = InferContext(node, opdef, input_types, attrs, constant_of, infer_subgraph)
@@ -90,6 +95,14 @@ def _fold_known_value(node: Node, opdef, attrs: dict[str, Any], known: dict[str,
     if node.op == "Shape" and node.inputs:
         _fold_shape(node, attrs, known, types)
         return
+    if node.op == "Size" and node.inputs:
+        _fold_size(node, known, types)
+        return
+    for name in node.outputs:  # never materialize a large tensor just to learn its value
+        vtype = types.get(name)
+        if isinstance(vtype, TensorType) and (vtype.shape is None or not vtype.is_static or
+                                              _count(vtype.shape) > _MAX_FOLD_ELEMENTS):
+            return
     args = []
     for name in node.inputs:
         if not name:
@@ -125,6 +138,24 @@ def _fold_shape(node: Node, attrs: dict[str, Any], known: dict[str, Any],
     if any(d is None for d in dims):
         return
     known[node.outputs[0]] = _simplify(np.array(list(dims) or [], dtype=object).reshape(len(dims)))
+
+
+def _fold_size(node: Node, known: dict[str, Any], types: dict[str, ValueType | None]) -> None:
+    """Size(x) is known whenever x's shape has no unknown dim."""
+    vtype = types.get(node.inputs[0])
+    if not isinstance(vtype, TensorType) or vtype.shape is None or None in vtype.shape:
+        return
+    total: Any = 1
+    for d in vtype.shape:
+        total = total * d
+    known[node.outputs[0]] = _simplify(np.array(total, dtype=object))
+
+
+def _count(shape) -> int:
+    total = 1
+    for d in shape:
+        total *= int(d)
+    return total
 
 
 def _simplify(value: np.ndarray) -> np.ndarray:
