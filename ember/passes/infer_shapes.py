@@ -70,7 +70,7 @@ def _infer_node(graph: Graph, node: Node, types: dict[str, ValueType | None],
             # A body may be invalid for shapes it never runs with (the untaken If branch):
             # its outputs are then simply unknown; running it would report the real error.
             return [None] * len(body.outputs)
-        return [body.types.get(o) for o in body.outputs]
+        return [body.types.get(o) or types.get(o) for o in body.outputs]
 
     ctx = InferContext(node, opdef, input_types, attrs, constant_of, infer_subgraph)
     try:

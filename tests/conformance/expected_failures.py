@@ -31,6 +31,8 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_momentum": TRAINING,
     "test_momentum_multiple": TRAINING,
     "test_nesterov_momentum": TRAINING,
+    "test_gradient_of_add": TRAINING,
+    "test_gradient_of_add_and_mul": TRAINING,
     "test_flexattention": PREVIEW,
     "test_flexattention_causal_mask": PREVIEW,
     "test_flexattention_diff_head_sizes": PREVIEW,
