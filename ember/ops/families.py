@@ -28,12 +28,7 @@ FAMILY_MODULES = (
     "loss",
     "text",
     "ml",
-    "unsupported",
 )
 
 for _module in FAMILY_MODULES:
-    try:
-        importlib.import_module(f"ember.ops.{_module}")
-    except ModuleNotFoundError as error:  # a family not written yet
-        if error.name != f"ember.ops.{_module}":
-            raise
+    importlib.import_module(f"ember.ops.{_module}")
