@@ -1,0 +1,355 @@
+"""C11 code generation: one C translation unit from loop-IR kernels.
+
+ember compiles a model into one native shared library; this module writes its source.  The
+compile pipeline gives a :class:`CModule` -- the kernels (PrimFuncs), C source of its own that
+is appended verbatim (the entry point, calling kernels by :func:`kernel_symbol`) and the names
+to export -- and :func:`generate_c` returns the source, which ``ember.toolchain`` compiles.
+
+Why C: every platform has a C compiler, GCC and Clang vectorize and schedule well, and C is
+auditable.  The price is that C is full of undefined behaviour; the generated code has none:
+integer arithmetic goes through helpers with defined results (see :mod:`c_helpers`), shifts
+and divisions are total, float->int conversions saturate, f16/bf16 round to nearest even,
+vector loads/stores go through ``memcpy`` (no alignment or aliasing assumptions beyond those
+stated below).  It uses two GNU C extensions that GCC and Clang share: vector types
+(``vector_size``) and ``__builtin_*`` functions.
+
+The C ABI of a generated module:
+
+* kernel ``f(params)`` -> ``static void f(...)`` (or exported, if named in ``exports``), C name
+  :func:`kernel_symbol` (the IR name when it is a valid, unreserved identifier); parameters in
+  PrimFunc order: a Buffer is ``T* restrict`` (``const T* restrict`` when the kernel only reads
+  it) of the storage type :func:`storage_ctype`, a Var is a value of the storage type;
+* storage types: f32 ``float``, f64 ``double``, f16/bf16 ``uint16_t`` (IEEE binary16 /
+  bfloat16 bits), iN ``intN_t``, uN ``uintN_t``, bool ``uint8_t`` (0/1; any non-zero reads true);
+* global buffers are assumed aligned to ``Buffer.align`` bytes (``__builtin_assume_aligned``),
+  and distinct buffer parameters must not overlap (``restrict``; a PrimFunc attr
+  ``("noalias", False)`` drops it);
+* exported ``void ember_set_num_threads(int n)`` (n <= 0: OpenMP's default) and
+  ``int ember_get_num_threads(void)`` (1 without OpenMP) control PARALLEL loops;
+* ``EMBER_EXPORT`` marks exported definitions; compile with ``-fvisibility=hidden`` so nothing
+  else is exported.
+
+Loops: PARALLEL is ``#pragma omp parallel for schedule(static)`` under ``#ifdef _OPENMP``
+(serial otherwise); VECTORIZED asserts independent iterations to the compiler (``GCC ivdep`` /
+``clang loop vectorize(assume_safety)``), as the IR's schedule promised; UNROLLED is ``#pragma
+GCC unroll`` (the constant extent, or the loop's ``unroll`` annotation, else 8).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from ember.core.target import Target
+from ember.codegen.c_expr import ExprEmitter, ModuleContext
+from ember.codegen.c_types import (CodegenError, Names, c_identifier, compute_ctype,
+                                   storage_ctype)
+from ember.ir.loop.buffer import Buffer
+from ember.ir.loop.expr import Call, Const, Expr, Load, Var
+from ember.ir.loop.functor import walk
+from ember.ir.loop.stmt import (Allocate, Evaluate, For, ForKind, IfThenElse, LetStmt, PrimFunc,
+                                Seq, Stmt, Store)
+from ember.ir.loop.verifier import verify_func
+
+THREAD_FUNCTIONS = ("ember_set_num_threads", "ember_get_num_threads")
+DEFAULT_MAX_STACK_BYTES = 1 << 20
+_UNROLL_DEFAULT = 8
+_MAX_UNROLL = 64
+
+
+@dataclass
+class CModule:
+    """Everything one shared library is generated from.
+
+    ``kernels`` become C functions; ``extra_source`` is appended after them verbatim (it may
+    call kernels by :func:`kernel_symbol` and use every ``em_*`` helper); ``exports`` names the
+    symbols the library exports: kernels (by IR or C name) and functions that ``extra_source``
+    defines with ``EMBER_EXPORT``.  ``max_stack_bytes`` bounds the ``local`` buffers live at
+    once in a kernel (they live on the stack; bigger scratch belongs in an arena buffer).
+    """
+
+    kernels: list[PrimFunc]
+    target: Target
+    extra_source: str = ""
+    exports: Sequence[str] = ()
+    max_stack_bytes: int = DEFAULT_MAX_STACK_BYTES
+
+
+def kernel_symbol(func: PrimFunc | str) -> str:
+    """The C name of a kernel."""
+    return c_identifier(func if isinstance(func, str) else func.name)
+
+
+def generate_c(module: CModule) -> str:
+    """The complete C11 (+ GNU vector extensions) source of ``module``."""
+    symbols = [kernel_symbol(k) for k in module.kernels]
+    duplicates = sorted({s for s in symbols if symbols.count(s) > 1})
+    if duplicates:
+        raise CodegenError(f"kernel names collide in C: {duplicates}")
+    exported = _check_exports(module, symbols)
+    ctx = ModuleContext(module.target)
+    reserved = set(symbols) | set(THREAD_FUNCTIONS)  # beside c_types.RESERVED_NAMES
+    kernels = []
+    for func, symbol in zip(module.kernels, symbols):
+        verify_func(func)
+        emitter = _KernelEmitter(ctx, func, reserved, module.max_stack_bytes)
+        kernels.append(emitter.emit(symbol, symbol in exported))
+    parts = [_prelude(module.target, ctx), _THREADS, *kernels]
+    if module.extra_source:
+        parts.append("/* ---- pipeline source ---- */\n" + module.extra_source.rstrip() + "\n")
+    return "\n\n".join(p.rstrip() for p in parts if p) + "\n"
+
+
+def _check_exports(module: CModule, symbols: list[str]) -> set[str]:
+    """The kernel symbols to export; every other export must be defined by extra_source."""
+    by_name = {k.name: s for k, s in zip(module.kernels, symbols)} | {s: s for s in symbols}
+    kernel_exports = set()
+    for name in module.exports:
+        if name in by_name:
+            kernel_exports.add(by_name[name])
+        elif name not in THREAD_FUNCTIONS and not re.search(
+                rf"\bEMBER_EXPORT\b[^;{{}}]*\b{re.escape(name)}\s*\(", module.extra_source):
+            raise CodegenError(
+                f"export '{name}' is neither a kernel nor defined in extra_source as "
+                f"'EMBER_EXPORT <type> {name}(...)'")
+    return kernel_exports
+
+
+_INCLUDES = ("stdbool.h", "stddef.h", "stdint.h", "stdlib.h", "string.h", "math.h",
+             "stdatomic.h")
+
+_THREADS = """\
+/* ---- threads: PARALLEL loops use ember_get_num_threads() threads ---- */
+static atomic_int em_requested_threads = 0;
+
+EMBER_EXPORT void ember_set_num_threads(int n) {
+  atomic_store_explicit(&em_requested_threads, n > 0 ? n : 0, memory_order_relaxed);
+}
+
+EMBER_EXPORT int ember_get_num_threads(void) {
+#ifdef _OPENMP
+  const int n = atomic_load_explicit(&em_requested_threads, memory_order_relaxed);
+  return n > 0 ? n : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}"""
+
+
+def _prelude(target: Target, ctx: ModuleContext) -> str:
+    includes = [f"#include <{h}>" for h in _INCLUDES + tuple(sorted(ctx.headers))]
+    return "\n".join([
+        f"/* Generated by ember.codegen.c for target {target}.  Do not edit.",
+        "   Compile as C11 with GNU extensions (gcc/clang), -fvisibility=hidden. */",
+        *includes,
+        "#ifdef _OPENMP\n#include <omp.h>\n#endif",
+        '#define EMBER_EXPORT __attribute__((visibility("default")))',
+        "",
+        "/* ---- vector types ---- */",
+        *ctx.typedefs.values(),
+        "",
+        "/* ---- helpers ---- */",
+        ctx.helpers.source(),
+    ])
+
+
+class _KernelEmitter:
+    """Statements of one PrimFunc; names every binding uniquely (see c_types.Names)."""
+
+    def __init__(self, ctx: ModuleContext, func: PrimFunc, reserved: set[str],
+                 max_stack_bytes: int):
+        self.ctx = ctx
+        self.func = func
+        self.names = Names(reserved)
+        self.vars: dict[Var, str] = {}
+        self.buffers: dict[Buffer, str] = {}
+        self.max_stack_bytes = max_stack_bytes
+        self.stack_bytes = 0
+        self.lines: list[str] = []
+        self.exprs = ExprEmitter(ctx, self._var, self._buffer)
+
+    def _var(self, v: Var) -> str:
+        if v not in self.vars:
+            raise CodegenError(f"variable '{v.name}' used out of scope in '{self.func.name}'")
+        return self.vars[v]
+
+    def _buffer(self, b: Buffer) -> str:
+        if b not in self.buffers:
+            raise CodegenError(f"buffer '{b.name}' is not visible in '{self.func.name}'")
+        return self.buffers[b]
+
+    # ------------------------------------------------------------------ function
+    def emit(self, symbol: str, exported: bool) -> str:
+        func = self.func
+        nodes = list(walk(func.body))
+        written = {n.buffer for n in nodes if isinstance(n, Store)}
+        used_buffers = {n.buffer for n in nodes if isinstance(n, (Load, Store))}
+        used = {n for n in nodes if isinstance(n, Var)}
+        restrict = " restrict" if func.attr("noalias", True) else ""
+        params, prologue = [], []
+        for p in func.params:
+            if p in self.vars or p in self.buffers:
+                raise CodegenError(f"parameter '{p.name}' of '{func.name}' appears twice")
+            name = self.names.fresh(p.name)
+            if isinstance(p, Buffer):
+                self.buffers[p] = name
+                const = "" if p in written else "const "
+                params.append(f"{const}{storage_ctype(p.dtype)}*{restrict} {name}")
+                if p.align > p.dtype.itemsize and p.align & (p.align - 1) == 0:
+                    prologue.append(f"{name} = __builtin_assume_aligned({name}, {p.align});")
+                if p not in used_buffers:
+                    prologue.append(f"(void){name};")
+            else:
+                self.vars[p] = name
+                params.append(f"{storage_ctype(p.dtype)} {name}")
+                if p not in used:
+                    prologue.append(f"(void){name};")
+                elif compute_ctype(p.dtype) != storage_ctype(p.dtype):  # f16, bf16, bool
+                    self.vars[p] = self.names.fresh(p.name)
+                    prologue.append(f"const {compute_ctype(p.dtype)} {self.vars[p]} = "
+                                    f"{self.exprs.load_value(p.dtype, name)};")
+        self.lines = [f"  {line}" for line in prologue]
+        self.stmt(func.body, 1)
+        linkage = "EMBER_EXPORT " if exported else "static "
+        signature = f"{linkage}void {symbol}({', '.join(params) or 'void'})"
+        header = f"/* {func.name} */\n" if symbol != func.name else ""
+        return header + signature + " {\n" + "\n".join(self.lines) + "\n}"
+
+    # ------------------------------------------------------------------ statements
+    def line(self, depth: int, text: str) -> None:
+        self.lines.append("  " * depth + text)
+
+    def stmt(self, s: Stmt, depth: int) -> None:
+        e = self.exprs
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.stmt(x, depth)
+        elif isinstance(s, For):
+            self.loop(s, depth)
+        elif isinstance(s, Store):
+            if s.value.dtype != s.buffer.dtype:
+                raise CodegenError(f"store of {s.value.dtype} into {s.buffer}: {s}")
+            self.line(depth, e.store(s.buffer, s.index, s.value, s.mask))
+        elif isinstance(s, LetStmt):
+            self.let(s, depth)
+        elif isinstance(s, IfThenElse):
+            if s.cond.lanes != 1:
+                raise CodegenError(f"if condition must be a scalar: {s.cond}")
+            self.line(depth, f"if ({e.expr(s.cond)}) {{")
+            self.stmt(s.then_body, depth + 1)
+            if s.else_body is not None:
+                self.line(depth, "} else {")
+                self.stmt(s.else_body, depth + 1)
+            self.line(depth, "}")
+        elif isinstance(s, Allocate):
+            self.allocate(s, depth)
+        elif isinstance(s, Evaluate):
+            self.line(depth, self.evaluate(s.value))
+        else:
+            raise CodegenError(f"unknown statement {type(s).__name__}: {s!r}")
+
+    def let(self, s: LetStmt, depth: int) -> None:
+        if s.value.lanes != 1:
+            raise CodegenError(f"let '{s.var.name}' binds a vector; a Var is a scalar: {s}")
+        if s.value.dtype != s.var.dtype:
+            raise CodegenError(f"let '{s.var.name}: {s.var.dtype}' bound to {s.value.dtype}")
+        value = self.exprs.expr(s.value)
+        with _Binding(self.vars, s.var, self.names.fresh(s.var.name)) as name:
+            self.line(depth, f"const {compute_ctype(s.var.dtype)} {name} = {value};")
+            self.stmt(s.body, depth)
+
+    def allocate(self, s: Allocate, depth: int) -> None:
+        buf = s.buffer
+        if buf.scope != "local":
+            raise CodegenError(f"Allocate of non-local buffer '{buf.name}'")
+        nbytes = buf.nbytes
+        if self.stack_bytes + nbytes > self.max_stack_bytes:
+            raise CodegenError(
+                f"local buffers of '{self.func.name}' need {self.stack_bytes + nbytes} bytes "
+                f"of stack at '{buf.name}', over the limit of {self.max_stack_bytes}: "
+                "allocate large scratch in a global (arena) buffer instead")
+        self.stack_bytes += nbytes
+        with _Binding(self.buffers, buf, self.names.fresh(buf.name)) as name:
+            align = f" __attribute__((aligned({buf.align})))" if buf.align > 1 else ""
+            self.line(depth, f"{storage_ctype(buf.dtype)} {name}[{max(buf.size, 1)}]{align};")
+            self.stmt(s.body, depth)
+        self.stack_bytes -= nbytes
+
+    def evaluate(self, value: Expr) -> str:
+        if isinstance(value, Call) and value.name == "prefetch":
+            return self.prefetch(value)
+        return f"(void)({self.exprs.expr(value)});"
+
+    def prefetch(self, call: Call) -> str:
+        target, *hints = call.args
+        if not isinstance(target, Load) or target.lanes != 1 or len(hints) > 2 or \
+                not all(isinstance(h, Const) for h in hints):
+            raise CodegenError(f"prefetch takes a scalar load and constant rw/locality: {call}")
+        address = f"&{self._buffer(target.buffer)}[{self.exprs.expr(target.index)}]"
+        return f"__builtin_prefetch({', '.join([address] + [str(int(h.value)) for h in hints])});"
+
+    def loop(self, s: For, depth: int) -> None:
+        e = self.exprs
+        for bound in (s.start, s.extent):
+            if not bound.dtype.is_int or bound.lanes != 1:
+                raise CodegenError(f"loop '{s.var.name}' bounds must be scalar integers")
+        if not s.var.dtype.is_int:
+            raise CodegenError(f"loop variable '{s.var.name}' must be an integer")
+        dtype, ct = s.var.dtype, compute_ctype(s.var.dtype)
+        start = e.cast_code(dtype, s.start.dtype, e.expr(s.start))
+        extent = e.cast_code(dtype, s.extent.dtype, e.expr(s.extent))
+        constant = isinstance(s.start, Const) and isinstance(s.extent, Const)
+        if isinstance(s.start, Const) and s.start.value == 0:
+            end = extent
+        else:
+            end = e.binary_code("add", dtype, start, extent)
+        if not constant:  # bounds are evaluated once, on entry, whatever the body does
+            end_name = self.names.fresh(f"{s.var.name}_end")
+            self.line(depth, f"const {ct} {end_name} = {end};")
+            end = end_name
+        else:
+            end = e.const(s.start.value + s.extent.value, dtype)
+        for pragma in self._pragmas(s):
+            self.lines.append(pragma)
+        with _Binding(self.vars, s.var, self.names.fresh(s.var.name)) as var:
+            self.line(depth, f"for ({ct} {var} = {start}; {var} < {end}; ++{var}) {{")
+            self.stmt(s.body, depth + 1)
+            self.line(depth, "}")
+
+    @staticmethod
+    def _pragmas(s: For) -> list[str]:
+        if s.kind is ForKind.PARALLEL:
+            return ["#ifdef _OPENMP",
+                    "#pragma omp parallel for schedule(static) "
+                    "num_threads(ember_get_num_threads())",
+                    "#endif"]
+        if s.kind is ForKind.VECTORIZED:
+            return ["#if defined(__clang__)", "#pragma clang loop vectorize(assume_safety)",
+                    "#elif defined(__GNUC__)", "#pragma GCC ivdep", "#endif"]
+        if s.kind is ForKind.UNROLLED:
+            factor = dict(s.annotations).get("unroll")
+            if factor is None:
+                factor = s.extent.value if isinstance(s.extent, Const) else _UNROLL_DEFAULT
+            return [f"#pragma GCC unroll {max(1, min(int(factor), _MAX_UNROLL))}"]
+        return []
+
+
+class _Binding:
+    """Bind ``key`` to a C name in a scope dict for the duration of a ``with`` block."""
+
+    _MISSING = object()
+
+    def __init__(self, scope: dict, key: object, name: str):
+        self.scope, self.key, self.name = scope, key, name
+
+    def __enter__(self) -> str:
+        self.saved = self.scope.get(self.key, self._MISSING)
+        self.scope[self.key] = self.name
+        return self.name
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is self._MISSING:
+            del self.scope[self.key]
+        else:
+            self.scope[self.key] = self.saved

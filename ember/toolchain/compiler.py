@@ -1,0 +1,270 @@
+"""Finding a C compiler and turning generated C into a shared library.
+
+ember needs exactly one external tool, a C compiler.  :func:`find_compiler` takes ``$CC``, else
+the first of ``cc``, ``gcc``, ``clang`` on ``PATH``, else the ``ziglang`` Python package
+(``python -m ziglang cc``: a pip-installable Clang, for machines without a compiler).
+
+:func:`compile_shared` builds with ``-O3 -std=c11 -fPIC -shared`` plus the target's ``-march``
+flags, OpenMP when the compiler has a working one (probed once per compiler), and
+``-ffp-contract=fast -fno-math-errno`` -- but never ``-ffast-math``: models rely on NaN and
+infinities behaving as IEEE 754 says.  Results are cached (:mod:`ember.toolchain.cache`).
+
+``sanitize=True`` builds with AddressSanitizer and UBSan, aborting on the first error.  Such a
+library can only be loaded by a process that has the ASan runtime loaded first: run it in a
+subprocess with ``LD_PRELOAD=sanitizer_preload()`` and ``ASAN_OPTIONS=detect_leaks=0`` (the
+Python interpreter itself "leaks" by ASan's standards).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ember.core.errors import EmberError
+from ember.core.target import Target
+from ember.toolchain.cache import CompileCache, cache_key
+
+_TIMEOUT_S = 900
+SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                  "-fno-omit-frame-pointer", "-g")
+_ZIG_TRIPLES = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu",
+                "wasm32": "wasm32-wasi"}
+
+
+class ToolchainError(EmberError):
+    """No usable compiler, or the compiler rejected the source.
+
+    ``stderr`` is the compiler's output, ``source_path`` the C file it was given (kept on disk
+    for inspection), ``command`` the command line.
+    """
+
+    def __init__(self, message: str, stderr: str = "", source_path: Path | None = None,
+                 command: Sequence[str] = ()):
+        self.stderr = stderr
+        self.source_path = source_path
+        self.command = list(command)
+        details = [message]
+        if source_path is not None:
+            details.append(f"source kept at {source_path}")
+        if command:
+            details.append(f"command: {shlex.join(command)}")
+        if stderr:
+            details.append("compiler output:\n" + _tail(stderr))
+        super().__init__("\n".join(details))
+
+
+def _tail(text: str, lines: int = 60) -> str:
+    kept = text.rstrip().splitlines()
+    skipped = len(kept) - lines
+    return "\n".join(([f"... ({skipped} lines skipped)"] if skipped > 0 else []) + kept[-lines:])
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """A C compiler command: ``argv`` (e.g. ``("gcc",)``), its ``family`` (gcc, clang or zig),
+    ``identity`` (first line of ``--version``) and whether the user chose it via ``$CC``."""
+
+    argv: tuple[str, ...]
+    family: str
+    identity: str
+    explicit: bool = False
+
+    def target_flags(self, target: Target) -> list[str]:
+        """Flags selecting ``target``'s architecture when it is not the host's."""
+        if target.kind == "native" or target.arch == Target.native().arch:
+            return []
+        if self.family == "clang":
+            return [f"--target={target.triple}"]
+        if self.family == "zig":
+            return ["-target", _ZIG_TRIPLES.get(target.arch, target.triple)]
+        if self.explicit:
+            return []  # $CC names a cross compiler; trust it
+        raise ToolchainError(
+            f"{self.identity!r} cannot compile for {target.triple}: set CC to a cross "
+            "compiler or clang, or `pip install ziglang`")
+
+
+@dataclass
+class ToolchainStats:
+    """Process-wide counters (tests use them to tell cache hits from compiles)."""
+
+    compiles: int = 0
+    cache_hits: int = 0
+
+
+stats = ToolchainStats()
+
+
+def find_compiler(target: Target | None = None) -> Compiler:
+    """The C compiler to use for ``target`` (see the module docstring for the search order)."""
+    return _find_compiler(os.environ.get("CC", ""), os.environ.get("PATH", ""),
+                          target.arch if target is not None else "")
+
+
+@functools.lru_cache(maxsize=None)
+def _find_compiler(cc: str, path: str, arch: str) -> Compiler:
+    del path  # part of the cache key only: a changed PATH may find another compiler
+    if cc.strip():
+        argv = tuple(shlex.split(cc))
+        if shutil.which(argv[0]) is None:
+            raise ToolchainError(f"$CC is {cc!r}, but {argv[0]!r} is not an executable")
+        return _identify(argv, explicit=True)
+    # gcc compiles only for the host; for wasm32 only clang and zig will do
+    names = ("clang",) if arch == "wasm32" else ("cc", "gcc", "clang")
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return _identify((found,))
+    if importlib.util.find_spec("ziglang") is not None:
+        return _identify((sys.executable, "-m", "ziglang", "cc"))
+    raise ToolchainError(
+        "no C compiler found: set $CC, install gcc or clang (e.g. `apt-get install gcc`), or "
+        "`pip install ziglang` for a self-contained one")
+
+
+def _identify(argv: tuple[str, ...], explicit: bool = False) -> Compiler:
+    try:
+        result = subprocess.run([*argv, "--version"], capture_output=True, text=True,
+                                timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise ToolchainError(f"cannot run C compiler {shlex.join(argv)}: {err}") from None
+    if result.returncode != 0:
+        raise ToolchainError(f"C compiler {shlex.join(argv)} --version failed",
+                             result.stderr, command=[*argv, "--version"])
+    identity = (result.stdout.strip().splitlines() or [shlex.join(argv)])[0]
+    text = result.stdout.lower()
+    family = "zig" if "ziglang" in argv else "clang" if "clang" in text else "gcc"
+    return Compiler(argv, family, identity, explicit)
+
+
+# --------------------------------------------------------------------------- compiling
+def compile_flags(compiler: Compiler, target: Target, opt_level: int = 3,
+                  sanitize: bool = False, extra_flags: Sequence[str] = ()) -> list[str]:
+    """Every flag of a build, in order, except the input and output files."""
+    flags = [f"-O{opt_level}", "-std=c11", *compiler.target_flags(target), *target.march,
+             "-ffp-contract=fast", "-fno-math-errno", "-fvisibility=hidden"]
+    if compiler.family == "gcc":  # wide vectors in static helpers: no ABI to keep stable
+        flags.append("-Wno-psabi")
+    if target.arch == "wasm32":
+        flags += ["-nostartfiles", "-Wl,--no-entry", "-Wl,--export-dynamic"]
+    else:
+        flags += ["-fPIC", "-shared"]
+        if openmp_supported(compiler, target):
+            flags.append("-fopenmp")
+    if sanitize:
+        flags += SANITIZE_FLAGS
+    return flags + list(extra_flags)
+
+
+def compile_shared(source: str, target: Target, opt_level: int = 3, sanitize: bool = False,
+                   extra_flags: Sequence[str] = (), *,
+                   cache: CompileCache | None = None, use_cache: bool = True) -> Path:
+    """Compile C ``source`` into a shared library for ``target`` and return its path.
+
+    With ``use_cache`` (the default) an identical earlier build is returned without running
+    the compiler; ``cache`` picks a cache other than the default directory.
+    """
+    compiler = find_compiler(target)
+    flags = compile_flags(compiler, target, opt_level, sanitize, extra_flags)
+    suffix = ".wasm" if target.arch == "wasm32" else ".so"
+    if not use_cache:
+        workdir = Path(tempfile.mkdtemp(prefix="ember-build-"))
+        src = workdir / "module.c"
+        src.write_text(source, encoding="utf-8")
+        out = workdir / f"module{suffix}"
+        _run_compiler(compiler, flags, src, out)
+        return out
+    cache = cache if cache is not None else CompileCache()
+    key = cache_key(source, [*flags, json.dumps(target.to_dict(), sort_keys=True)],
+                    compiler.identity)
+    hit = cache.lookup(key, suffix)
+    if hit is not None:
+        stats.cache_hits += 1
+        return hit
+    try:
+        src = cache.write_text(key, ".c", source)
+        temp = cache.temp_path(key, suffix)
+    except OSError as err:
+        raise ToolchainError(f"cannot write to the compile cache {cache.root} ({err}); set "
+                             "EMBER_CACHE_DIR to a writable directory") from None
+    try:
+        _run_compiler(compiler, flags, src, temp)
+        return cache.commit(temp, key, suffix)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def _run_compiler(compiler: Compiler, flags: list[str], src: Path, out: Path) -> None:
+    command = [*compiler.argv, *flags, "-o", str(out), str(src), "-lm"]
+    stats.compiles += 1
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ToolchainError(f"the C compiler took longer than {_TIMEOUT_S} s",
+                             source_path=src, command=command) from None
+    except OSError as err:
+        raise ToolchainError(f"cannot run the C compiler: {err}", source_path=src,
+                             command=command) from None
+    if result.returncode != 0:
+        raise ToolchainError(f"C compilation failed (exit status {result.returncode})",
+                             result.stderr or result.stdout, src, command)
+
+
+def openmp_supported(compiler: Compiler, target: Target) -> bool:
+    """Whether ``compiler`` compiles and links ``-fopenmp`` shared libraries (probed once)."""
+    return _probe_openmp(compiler, tuple(compiler.target_flags(target)))
+
+
+_OPENMP_PROBE = """#include <omp.h>
+int ember_probe(void) {
+  int n = 0;
+#pragma omp parallel reduction(+:n)
+  n += omp_get_num_threads() > 0;
+  return n;
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_openmp(compiler: Compiler, target_flags: tuple[str, ...]) -> bool:
+    with tempfile.TemporaryDirectory(prefix="ember-omp-") as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text(_OPENMP_PROBE, encoding="utf-8")
+        command = [*compiler.argv, *target_flags, "-fopenmp", "-fPIC", "-shared",
+                   "-o", str(Path(tmp) / "probe.so"), str(src)]
+        try:
+            result = subprocess.run(command, capture_output=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return result.returncode == 0
+
+
+# --------------------------------------------------------------------------- sanitizers
+def sanitizer_preload(compiler: Compiler | None = None) -> str:
+    """Path of the ASan runtime to put in ``LD_PRELOAD`` for a sanitized library."""
+    compiler = compiler or find_compiler()
+    names = ["libasan.so"]
+    if compiler.family != "gcc":
+        arch = Target.native().arch
+        names = [f"libclang_rt.asan-{arch}.so", "libclang_rt.asan.so", *names]
+    for name in names:
+        try:
+            result = subprocess.run([*compiler.argv, f"-print-file-name={name}"],
+                                    capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        path = result.stdout.strip()
+        if result.returncode == 0 and os.path.isabs(path) and os.path.isfile(path):
+            return os.path.realpath(path)
+    raise ToolchainError(f"the ASan runtime ({' or '.join(names)}) of {compiler.identity!r} "
+                         "was not found; install it (Debian: libasan8 / libclang-rt-dev)")
