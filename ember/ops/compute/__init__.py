@@ -7,5 +7,7 @@ one run their numpy reference from compiled code (a reported fallback).
 import importlib
 import pkgutil
 
+import ember.ops.families  # noqa: F401  (the ops must exist before computes attach to them)
+
 for _info in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_info.name}")

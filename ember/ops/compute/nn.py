@@ -1,0 +1,663 @@
+"""Compute definitions of the neural-network ops: the softmax family, the normalizations,
+MatMul/Gemm, the convolutions and the poolings.
+
+They follow the numpy references in ``ember/ops/norm.py``, ``matmul.py``, ``conv.py`` and
+``pool.py``: 16-bit floats compute in float32 and are rounded once at the end, statistics
+(means, variances) use two passes as the references do, and sliding windows reuse the
+references' own geometry (:class:`ember.ops.conv.Window`) so that pads, ``auto_pad`` and
+``ceil_mode`` resolve exactly as there.
+
+Products reduce innermost over the axis that is contiguous in memory where the layout allows
+it: MatMul over ``K`` (contiguous in A; B is read down a column unless it is transposed by
+Gemm's ``transB``), Conv over ``(C/group, k1, ..., kn)`` so that the last kernel axis walks
+along an input row and the weights contiguously.
+
+Windows that reach into padding guard their taps with a reduction condition and clamp the
+index they load from, so no load ever leaves its buffer even if a later schedule evaluates
+both sides of the guard.
+
+Intermediate stages (row maxima and sums, statistics, BatchNorm factors, AveragePool counts)
+are kernel-local buffers; :func:`~ember.ops.compute.reduce.compute_def` keeps them within the
+stack budget codegen allows, falling back to the reference beyond it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ember.core.dtypes import DType
+from ember.core.errors import EmberError
+from ember.ir.compute import (IterVar, Tensor, compute, const_like, reduce_axis, reduce_max,
+                              reduce_sum)
+from ember.ir.loop.expr import INDEX, Const, Expr, Select, call, maximum, minimum
+from ember.ops.compute.reduce import (HALF_FLOATS, Reduction, absolute, broadcast_index, cast,
+                                      compute_def, compute_dtype, extreme_index, float_dtype,
+                                      logical_and, normalize_axis, ordered, reduce_stage,
+                                      require_kernel_dtypes, widen)
+from ember.ops.conv import Window
+from ember.ops.conv import _kernel_of as kernel_of  # the references' own kernel resolution
+from ember.ops.conv import _transpose_plan as transpose_plan
+from ember.ops.conv import _transpose_window as transpose_window
+from ember.ops.registry import NoCompute
+
+_FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.BFLOAT16)
+
+
+def _require_float(*tensors: Tensor | None) -> None:
+    for t in tensors:
+        if t is not None and t.dtype not in _FLOATS:
+            raise NoCompute(f"no compute for element type {t.dtype}")
+
+
+def _flat(index: Sequence[Expr], shape: Sequence[int]) -> Expr:
+    """Row-major flat position of ``index`` in ``shape``."""
+    total: Expr = Const(0, INDEX)
+    for i, d in zip(index, shape):
+        total = total * d + i
+    return total
+
+
+# ----------------------------------------------------------------------------- softmax family
+
+
+def _as_reference(value: Expr, dtype: DType) -> Expr:
+    """``value`` rounded to a 16-bit float ``dtype`` where the reference's numpy code rounds
+    an intermediate (identity for other types)."""
+    if dtype not in HALF_FLOATS:
+        return value
+    return cast(cast(value, dtype), value.dtype)
+
+
+def _softmax_parts(x: Tensor, axis: int) -> tuple[Reduction, Callable[..., Expr], Tensor]:
+    """The shifted input x - max(x) (a function of the index) and the sums of its exp along
+    ``axis`` (a kept-shape stage).
+
+    Softmax and LogSoftmax compute in the input's precision in the reference, so for 16-bit
+    floats the intermediates are rounded where numpy rounds them: the shift, each exp, and the
+    sum -- once at the end when numpy sums float16 along a contiguous axis (its pairwise sum
+    accumulates in float32), after every addition otherwise (strided float16, and bfloat16,
+    whose ml_dtypes reductions add in bfloat16).
+    """
+    red = Reduction(x.shape, (normalize_axis(axis, x.ndim),), keepdims=True)
+    peak = reduce_stage(x, red, "max", "softmax_peak", element=widen, shape=red.kept_shape)
+    contiguous = all(d == 1 for d in x.shape[red.axes[0] + 1:])
+
+    def shifted(index: Sequence[Expr]) -> Expr:
+        return _as_reference(widen(x[index]) - peak[red.kept(index)], x.dtype)
+
+    def total(*index: Expr) -> Expr:
+        rvars = red.axis_vars()
+        term = _as_reference(call("exp", shifted(red.source(index, rvars))), x.dtype)
+        if x.dtype == DType.BFLOAT16 or (x.dtype == DType.FLOAT16 and not contiguous):
+            return widen(reduce_sum(cast(term, x.dtype), rvars))
+        return _as_reference(reduce_sum(term, rvars), x.dtype)
+
+    return red, shifted, compute(red.kept_shape, total, name="softmax_sum")
+
+
+@compute_def("Softmax")
+def softmax(ctx, x, *, axis):
+    _require_float(x)
+    red, shifted, total = _softmax_parts(x, axis)
+    return compute(x.shape, lambda *i: _as_reference(call("exp", shifted(i)), x.dtype)
+                   / total[red.kept(i)], name="softmax", dtype=x.dtype)
+
+
+@compute_def("LogSoftmax")
+def log_softmax(ctx, x, *, axis):
+    _require_float(x)
+    red, shifted, total = _softmax_parts(x, axis)
+    return compute(x.shape, lambda *i: shifted(i) - _as_reference(
+        call("log", total[red.kept(i)]), x.dtype), name="logsoftmax", dtype=x.dtype)
+
+
+@compute_def("Hardmax")
+def hardmax(ctx, x, *, axis):
+    _require_float(x)
+    axis = normalize_axis(axis, x.ndim)
+    red = Reduction(x.shape, (axis,), keepdims=True)
+    first = extreme_index(x, axis, True, "max", False, "hardmax_index")
+    one, zero = const_like(1, x.dtype), const_like(0, x.dtype)
+    return compute(x.shape, lambda *i: Select(i[axis].eq(first[red.kept(i)]), one, zero),
+                   name="hardmax")
+
+
+# ----------------------------------------------------------------------------- normalizations
+
+
+def _group_statistics(x: Tensor, stat_shape: Sequence[int], work: DType, epsilon: float,
+                      centered: bool = True) -> tuple[Tensor | None, Tensor]:
+    """Mean and 1 / sqrt(variance + epsilon) of contiguous groups of ``x``'s elements.
+
+    Row-major, ``x`` is ``prod(stat_shape)`` consecutive groups of equal size; statistic
+    ``i`` describes group ``flat(i)``.  Without ``centered`` (RMS normalization) there is no
+    mean and the "variance" is the mean square.
+    """
+    rows = int(np.prod(stat_shape, dtype=np.int64))
+    size = int(np.prod(x.shape, dtype=np.int64))
+    cols = size // rows if rows else 0
+    count = const_like(cols, work)
+
+    def element(index: Sequence[Expr], k: IterVar) -> Expr:
+        return cast(x.flat(_flat(index, stat_shape) * cols + k), work)
+
+    mean = None
+    if centered:
+        def mean_body(*index: Expr) -> Expr:
+            k = reduce_axis(cols, "g")
+            return reduce_sum(element(index, k), k) / count
+
+        mean = compute(stat_shape, mean_body, name="norm_mean")
+
+    def inv_std_body(*index: Expr) -> Expr:
+        k = reduce_axis(cols, "g")
+        value = element(index, k)
+        if mean is not None:
+            value = value - mean[index]
+        variance = reduce_sum(value * value, k) / count
+        return const_like(1, work) / call("sqrt", variance + const_like(epsilon, work))
+
+    return mean, compute(stat_shape, inv_std_body, name="norm_inv_std")
+
+
+def _stash(stash_type: int) -> DType:
+    """The statistics type a ``stash_type`` names (float32 or float64 only)."""
+    try:
+        dtype = DType.from_onnx(int(stash_type))
+    except EmberError:  # an unknown code: let the reference report it
+        raise NoCompute(f"stash_type {stash_type}") from None
+    if dtype not in (DType.FLOAT32, DType.FLOAT64):
+        raise NoCompute(f"stash_type {stash_type} is not float32/float64")
+    return dtype
+
+
+@compute_def("BatchNormalization")
+def batch_normalization(ctx, x, scale, b, input_mean, input_var, *, epsilon, momentum,
+                        training_mode):
+    """Inference form: (x - mean) * (scale / sqrt(var + epsilon)) + B, per channel."""
+    params = (scale, b, input_mean, input_var)
+    _require_float(x, *params)
+    if training_mode or ctx.num_outputs > 1:
+        raise NoCompute("training-mode BatchNormalization")
+    work = float_dtype(*(compute_dtype(t.dtype) for t in (x, *params)))
+    channels = x.shape[1] if x.ndim > 1 else 1
+    if any(p.shape != (channels,) for p in params):
+        raise NoCompute("per-channel parameters of the wrong size")
+    factor = compute((channels,), lambda c: cast(scale[c], work) / call(
+        "sqrt", cast(input_var[c], work) + const_like(epsilon, work)), name="bn_factor")
+
+    def body(*i: Expr) -> Expr:
+        c = i[1] if x.ndim > 1 else Const(0, INDEX)
+        centered = cast(x[i], work) - cast(input_mean[c], work)
+        return centered * factor[c] + cast(b[c], work)
+
+    return compute(x.shape, body, name="batchnorm", dtype=x.dtype)
+
+
+@compute_def("InstanceNormalization")
+def instance_normalization(ctx, x, scale, b, *, epsilon):
+    _require_float(x, scale, b)
+    if x.ndim < 2 or scale.shape != (x.shape[1],) or b.shape != (x.shape[1],):
+        raise NoCompute("InstanceNormalization needs (N, C, ...) and C-sized parameters")
+    work = compute_dtype(x.dtype)
+    mean, inv_std = _group_statistics(x, x.shape[:2], work, epsilon)
+
+    def body(*i: Expr) -> Expr:
+        row = list(i[:2])
+        normalized = (widen(x[i]) - mean[row]) * inv_std[row]
+        return normalized * widen(scale[i[1]]) + widen(b[i[1]])
+
+    return compute(x.shape, body, name="instancenorm", dtype=x.dtype)
+
+
+def _scale_shift(normalized: Expr, x: Tensor, index: Sequence[Expr], scale: Tensor,
+                 bias: Tensor | None, channel: bool = False) -> Expr:
+    """``normalized`` rounded to x's type, then * scale (+ bias), as the references do.
+
+    Parameters broadcast numpy-style against x, or are per channel (axis 1) with
+    ``channel``.
+    """
+    value = widen(cast(normalized, x.dtype))
+
+    def param(t: Tensor) -> Expr:
+        where = [index[1]] if channel else broadcast_index(index, t.shape)
+        return widen(t[where])
+
+    value = value * param(scale)
+    if bias is None:
+        return value
+    if scale.dtype == x.dtype:  # numpy rounds the product to x's (16-bit) type before + B
+        value = _as_reference(value, x.dtype)
+    return value + param(bias)
+
+
+def _check_broadcast(x: Tensor, *params: Tensor | None) -> None:
+    for t in params:
+        if t is None:
+            continue
+        if t.ndim > x.ndim or any(d not in (1, xd) for d, xd in
+                                  zip(reversed(t.shape), reversed(x.shape))):
+            raise NoCompute(f"parameter {list(t.shape)} does not broadcast to {list(x.shape)}")
+
+
+@compute_def("LayerNormalization")
+def layer_normalization(ctx, x, scale, b=None, *, axis, epsilon, stash_type):
+    """Normalize over axes [axis, rank); the Mean and InvStdDev outputs are the statistics."""
+    _require_float(x, scale, b)
+    _check_broadcast(x, scale, b)
+    work = _stash(stash_type)
+    axis = normalize_axis(axis, x.ndim)
+    stat_shape = x.shape[:axis] + (1,) * (x.ndim - axis)
+    mean, inv_std = _group_statistics(x, stat_shape, work, epsilon)
+    assert mean is not None
+
+    def body(*i: Expr) -> Expr:
+        row = list(i[:axis]) + [Const(0, INDEX)] * (x.ndim - axis)
+        normalized = (cast(x[i], work) - mean[row]) * inv_std[row]
+        return _scale_shift(normalized, x, i, scale, b)
+
+    y = compute(x.shape, body, name="layernorm", dtype=x.dtype)
+    return (y, mean, inv_std)[:ctx.num_outputs] if ctx.num_outputs > 1 else y
+
+
+@compute_def("RMSNormalization")
+def rms_normalization(ctx, x, scale, *, axis, epsilon, stash_type):
+    """x / sqrt(mean(x**2) + epsilon) over axes [axis, rank), then * scale."""
+    _require_float(x, scale)
+    _check_broadcast(x, scale)
+    work = _stash(stash_type)
+    axis = normalize_axis(axis, x.ndim)
+    stat_shape = x.shape[:axis] + (1,) * (x.ndim - axis)
+    _, inv_rms = _group_statistics(x, stat_shape, work, epsilon, centered=False)
+
+    def body(*i: Expr) -> Expr:
+        row = list(i[:axis]) + [Const(0, INDEX)] * (x.ndim - axis)
+        return _scale_shift(cast(x[i], work) * inv_rms[row], x, i, scale, None)
+
+    return compute(x.shape, body, name="rmsnorm", dtype=ctx.output_types[0].dtype)
+
+
+@compute_def("GroupNormalization")
+def group_normalization(ctx, x, scale, bias, *, num_groups, epsilon, stash_type):
+    _require_float(x, scale, bias)
+    work = _stash(stash_type)
+    if x.ndim < 2 or num_groups <= 0 or x.shape[1] % num_groups:
+        raise NoCompute("channels do not split into the groups")
+    channels = x.shape[1]
+    if scale.shape != (channels,) or bias.shape != (channels,):
+        raise NoCompute("GroupNormalization parameters must be per channel")
+    per_group = channels // num_groups
+    mean, inv_std = _group_statistics(x, (x.shape[0], num_groups), work, epsilon)
+
+    def body(*i: Expr) -> Expr:
+        row = [i[0], i[1] // per_group]
+        normalized = (cast(x[i], work) - mean[row]) * inv_std[row]
+        return _scale_shift(normalized, x, i, scale, bias, channel=True)
+
+    return compute(x.shape, body, name="groupnorm", dtype=x.dtype)
+
+
+@compute_def("LpNormalization")
+def lp_normalization(ctx, x, *, axis, p):
+    """x / ||x||_p along ``axis``; 0 where the norm is 0."""
+    _require_float(x)
+    if p not in (1, 2):
+        raise NoCompute(f"p={p}")
+    red = Reduction(x.shape, (normalize_axis(axis, x.ndim),), keepdims=True)
+    if p == 1:
+        norm = reduce_stage(x, red, "sum", "lp_norm", element=lambda v: absolute(widen(v)),
+                            shape=red.kept_shape)
+    else:
+        norm = reduce_stage(x, red, "sum", "lp_norm", element=lambda v: widen(v) * widen(v),
+                            finish=lambda s: call("sqrt", s), shape=red.kept_shape)
+
+    def body(*i: Expr) -> Expr:
+        n = norm[red.kept(i)]
+        zero, one = const_like(0, n.dtype), const_like(1, n.dtype)
+        return widen(x[i]) / Select(n.eq(zero), one, n)
+
+    return compute(x.shape, body, name="lpnorm", dtype=x.dtype)
+
+
+# ----------------------------------------------------------------------------- MatMul, Gemm
+
+
+def _product_dtype(a: Tensor, b: Tensor) -> DType:
+    require_kernel_dtypes(a, b, allow_bool=False)
+    if a.dtype != b.dtype:
+        raise NoCompute(f"operands of types {a.dtype} and {b.dtype}")
+    return compute_dtype(a.dtype)
+
+
+@compute_def("MatMul")
+def matmul(ctx, a, b):
+    """Batched ``a @ b`` with numpy semantics; the reduction runs along A's rows."""
+    acc = _product_dtype(a, b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise NoCompute("MatMul of a scalar")
+    inner = a.shape[-1]
+    if inner != (b.shape[0] if b.ndim == 1 else b.shape[-2]):
+        raise NoCompute("inner dimensions differ")
+    out = ctx.output_types[0]
+
+    def body(*index: Expr) -> Expr:
+        rest = list(index)
+        col = rest.pop() if b.ndim > 1 else None
+        row = rest.pop() if a.ndim > 1 else None
+        k = reduce_axis(inner, "k")
+        a_index = broadcast_index(rest, a.shape[:-2]) + [row, k] if a.ndim > 1 else [k]
+        b_index = broadcast_index(rest, b.shape[:-2]) + [k, col] if b.ndim > 1 else [k]
+        return reduce_sum(cast(a[a_index], acc) * cast(b[b_index], acc), k)
+
+    return compute(out.shape, body, name="matmul", dtype=out.dtype)
+
+
+@compute_def("Gemm")
+def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
+    """alpha * A' @ B' + beta * C with the reference's order of operations."""
+    acc = _product_dtype(a, b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise NoCompute("Gemm operands must be 2-D")
+    m, inner = a.shape[::-1] if transA else a.shape
+    inner_b, n = b.shape[::-1] if transB else b.shape
+    use_c = c is not None and beta != 0.0
+    if inner != inner_b or (use_c and (c.ndim > 2 or any(
+            d not in (1, t) for d, t in zip(reversed(c.shape), (n, m))))):
+        raise NoCompute("Gemm shapes do not fit")
+    # Integers with a non-unit alpha or beta are scaled in float64, as numpy promotes them.
+    work = acc if acc.is_float or (alpha == 1.0 and (not use_c or beta == 1.0)) \
+        else DType.FLOAT64
+
+    def body(i: Expr, j: Expr) -> Expr:
+        k = reduce_axis(inner, "k")
+        lhs = a[k, i] if transA else a[i, k]
+        rhs = b[j, k] if transB else b[k, j]
+        y = cast(reduce_sum(cast(lhs, acc) * cast(rhs, acc), k), work)
+        if alpha != 1.0:
+            y = y * const_like(alpha, work)
+        if use_c:
+            term = cast(c[broadcast_index([i, j], c.shape)], work)
+            y = y + (term if beta == 1.0 else term * const_like(beta, work))
+        return y
+
+    return compute((m, n), body, name="gemm", dtype=ctx.output_types[0].dtype)
+
+
+# ----------------------------------------------------------------------------- windows
+
+
+class _Refuse:
+    """Stands in for a node context in the references' geometry helpers: their errors
+    become NoCompute, so the numpy reference reports them."""
+
+    @staticmethod
+    def error(message: str) -> NoCompute:
+        return NoCompute(message)
+
+
+_REFUSE = _Refuse()
+
+
+@dataclass(frozen=True)
+class _Taps:
+    """Input positions read by the kernel taps of a sliding window over ``in_dims``.
+
+    Tap ``t`` of the window at output position ``o`` reads ``o * stride - pad_begin + t *
+    dilation`` along each spatial axis.  Guards are only built for the axes where some tap
+    can leave the region that counts (the input, or input plus pads for AveragePool's
+    ``count_include_pad``), so unpadded windows compile to plain reductions.
+    """
+
+    window: Window
+    pads_begin: tuple[int, ...]
+    in_dims: tuple[int, ...]
+    out_dims: tuple[int, ...]
+
+    def variables(self) -> list[IterVar]:
+        return [reduce_axis(k, f"t{a}") for a, k in enumerate(self.window.kernel)]
+
+    def positions(self, out: Sequence[Expr], taps: Sequence[Expr]) -> list[Expr]:
+        w = self.window
+        return [o * s - p + t * d if p else o * s + t * d
+                for o, t, s, d, p in zip(out, taps, w.strides, w.dilations, self.pads_begin)]
+
+    def _leaves(self, axis: int, low: int, high: int) -> bool:
+        """Whether some tap along ``axis`` falls outside [low, high)."""
+        first = -self.pads_begin[axis]
+        last = (self.out_dims[axis] - 1) * self.window.strides[axis] - \
+            self.pads_begin[axis] + (self.window.kernel[axis] - 1) * self.window.dilations[axis]
+        return first < low or last >= high
+
+    def stays_within(self, bounds: Sequence[tuple[int, int]]) -> bool:
+        """Whether every tap of every window lies in ``bounds`` (low, high) per axis."""
+        return not any(self._leaves(axis, low, high) for axis, (low, high) in enumerate(bounds))
+
+    def guard(self, positions: Sequence[Expr],
+              bounds: Sequence[tuple[int, int]] | None = None) -> Expr | None:
+        """True where every position lies in its bounds (default: the input); None if the
+        window never leaves them."""
+        bounds = bounds or [(0, d) for d in self.in_dims]
+        terms = []
+        for axis, (pos, (low, high)) in enumerate(zip(positions, bounds)):
+            if self._leaves(axis, low, high):
+                terms += [pos.ge(low), pos.lt(high)]
+        return logical_and(*terms)
+
+    def clamped(self, positions: Sequence[Expr]) -> list[Expr]:
+        """``positions`` clamped into the input where they may leave it (safe to load)."""
+        return [minimum(maximum(pos, Const(0, INDEX)), Const(size - 1, INDEX))
+                if self._leaves(axis, 0, size) else pos
+                for axis, (pos, size) in enumerate(zip(positions, self.in_dims))]
+
+
+def _taps(x: Tensor, kernel: Sequence[int], attrs: dict, out_shape: Sequence[int],
+          ceil_mode: bool = False) -> _Taps:
+    """The window geometry of a conv or pool node, checked against its inferred output."""
+    if x.ndim != len(kernel) + 2:
+        raise NoCompute("kernel rank does not match the input")
+    window = Window.from_attrs(_REFUSE, kernel, attrs, ceil_mode=ceil_mode)
+    plan = window.plan(_REFUSE, x.shape[2:])
+    if tuple(plan.out) != tuple(out_shape[2:]):
+        raise NoCompute(f"window gives {plan.out}, shape inference {out_shape}")
+    return _Taps(window, tuple(int(p) for p in plan.pads_begin), tuple(x.shape[2:]),
+                 tuple(plan.out))
+
+
+# ----------------------------------------------------------------------------- Conv
+
+
+@compute_def("Conv")
+def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
+    """y[n, m, o] = sum over (c, taps) of x[n, g * C/G + c, o * s - p + t * d] * w[m, c, t]."""
+    acc = _product_dtype(x, w)
+    if b is not None and b.dtype != x.dtype:
+        raise NoCompute("bias of another type")
+    if x.ndim < 3 or w.ndim != x.ndim or group < 1:
+        raise NoCompute("Conv needs X and W of equal rank >= 3")
+    kernel = kernel_of(_REFUSE, dict(kernel_shape=kernel_shape), w.shape)
+    out = ctx.output_types[0]
+    taps = _taps(x, kernel, dict(auto_pad=auto_pad, dilations=dilations, pads=pads,
+                                          strides=strides), out.shape)
+    per_group, m_total = w.shape[1], w.shape[0]
+    if x.shape[1] != per_group * group or m_total % group:
+        raise NoCompute("channels do not match the groups")
+    m_per_group = m_total // group
+
+    def body(n: Expr, m: Expr, *o: Expr) -> Expr:
+        c = reduce_axis(per_group, "c")
+        t = taps.variables()
+        channel = c if group == 1 else (m // m_per_group) * per_group + c
+        pos = taps.positions(o, t)
+        product = cast(x[[n, channel] + taps.clamped(pos)], acc) * cast(w[[m, c] + t], acc)
+        total = reduce_sum(product, [c] + t, condition=taps.guard(pos))
+        return total if b is None else total + cast(b[m], acc)
+
+    return compute(out.shape, body, name="conv", dtype=out.dtype)
+
+
+@compute_def("ConvTranspose")
+def conv_transpose(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape,
+                   output_padding, output_shape, pads, strides):
+    """Gather form of the transposed convolution: output position o (shifted by the crop)
+    takes input position i wherever o = i * stride + tap * dilation."""
+    acc = _product_dtype(x, w)
+    if b is not None and b.dtype != x.dtype:
+        raise NoCompute("bias of another type")
+    if x.ndim < 3 or w.ndim != x.ndim or group < 1:
+        raise NoCompute("ConvTranspose needs X and W of equal rank >= 3")
+    attrs = dict(auto_pad=auto_pad, dilations=dilations, kernel_shape=kernel_shape,
+                 output_padding=output_padding, pads=pads, strides=strides)
+    kernel = kernel_of(_REFUSE, attrs, w.shape)
+    window, out_pad = transpose_window(_REFUSE, attrs, kernel)
+    plan = transpose_plan(_REFUSE, x.shape[2:], window, out_pad, output_shape)
+    out = ctx.output_types[0]
+    channels, m_per_group = x.shape[1], w.shape[1]
+    if tuple(plan.out) != tuple(out.shape[2:]) or channels != w.shape[0] or channels % group:
+        raise NoCompute("ConvTranspose shapes do not fit")
+    per_group = channels // group
+
+    def body(n: Expr, m: Expr, *o: Expr) -> Expr:
+        c = reduce_axis(per_group, "c")
+        t = [reduce_axis(k, f"t{a}") for a, k in enumerate(kernel)]
+        g = Const(0, INDEX) if group == 1 else m // m_per_group
+        channel = c if group == 1 else g * per_group + c
+        conditions, sources = [], []
+        for axis, (oa, ta) in enumerate(zip(o, t)):
+            stride, size = window.strides[axis], x.shape[2 + axis]
+            shifted = oa + plan.crop_begin[axis] - ta * window.dilations[axis]
+            source = shifted // stride if stride > 1 else shifted
+            conditions += [shifted.ge(0), source.lt(size)]
+            if stride > 1:
+                conditions.append((shifted % stride).eq(0))
+            sources.append(minimum(maximum(source, Const(0, INDEX)), Const(size - 1, INDEX)))
+        tap_weight = w[[channel, m if group == 1 else m % m_per_group] + t]
+        product = cast(x[[n, channel] + sources], acc) * cast(tap_weight, acc)
+        total = reduce_sum(product, [c] + t, condition=logical_and(*conditions))
+        return total if b is None else total + cast(b[m], acc)
+
+    return compute(out.shape, body, name="convtranspose", dtype=out.dtype)
+
+
+# ----------------------------------------------------------------------------- pooling
+
+
+def _pool_taps(ctx, x: Tensor, kernel_shape, attrs: dict, ceil_mode: int) -> _Taps:
+    require_kernel_dtypes(x, allow_bool=False)
+    return _taps(x, [int(k) for k in kernel_shape], attrs, ctx.output_types[0].shape,
+                 ceil_mode=bool(ceil_mode))
+
+
+@compute_def("MaxPool")
+def max_pool(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order,
+             strides):
+    """Maximum over each window's taps inside the input (padding never wins)."""
+    if ctx.num_outputs > 1:
+        raise NoCompute("MaxPool's Indices output")
+    taps = _pool_taps(ctx, x, kernel_shape, dict(
+        auto_pad=auto_pad, dilations=dilations, pads=pads, strides=strides), ceil_mode)
+
+    def body(n: Expr, c: Expr, *o: Expr) -> Expr:
+        t = taps.variables()
+        pos = taps.positions(o, t)
+        return reduce_max(ordered(x[[n, c] + taps.clamped(pos)]), t,
+                          condition=taps.guard(pos))
+
+    return compute(ctx.output_types[0].shape, body, name="maxpool", dtype=x.dtype)
+
+
+def _window_sums(x: Tensor, taps: _Taps, element, name: str, finish=lambda s, o: s,
+                 dtype: DType | None = None) -> Tensor:
+    """A stage summing ``element(x)`` over each window's taps inside the input."""
+
+    def body(n: Expr, c: Expr, *o: Expr) -> Expr:
+        t = taps.variables()
+        pos = taps.positions(o, t)
+        total = reduce_sum(element(x[[n, c] + taps.clamped(pos)]), t,
+                           condition=taps.guard(pos))
+        return finish(total, o)
+
+    shape = tuple(x.shape[:2]) + taps.out_dims
+    return compute(shape, body, name=name, dtype=dtype)
+
+
+@compute_def("AveragePool")
+def average_pool(ctx, x, *, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape,
+                 pads, strides):
+    """Window sums divided by how many positions count: those inside the input, or inside
+    input and pads with ``count_include_pad`` (never the ceil-mode overhang)."""
+    taps = _pool_taps(ctx, x, kernel_shape, dict(
+        auto_pad=auto_pad, dilations=dilations, pads=pads, strides=strides), ceil_mode)
+    work = compute_dtype(x.dtype) if x.dtype.is_float else DType.FLOAT64
+    plan = taps.window.plan(_REFUSE, taps.in_dims)
+    if count_include_pad:
+        bounds = [(-b, d + e) for b, e, d in zip(plan.pads_begin, plan.pads_end, taps.in_dims)]
+    else:
+        bounds = [(0, d) for d in taps.in_dims]
+
+    def count_body(*o: Expr) -> Expr:
+        t = taps.variables()
+        return reduce_sum(const_like(1, work), t, condition=taps.guard(taps.positions(o, t),
+                                                                       bounds))
+
+    if taps.stays_within(bounds):  # every window is wholly counted: a constant count
+        full = const_like(int(np.prod(taps.window.kernel)), work)
+        divide = lambda total, o: total / full  # noqa: E731
+    else:
+        counts = compute(taps.out_dims, count_body, name="avgpool_count")
+        divide = lambda total, o: total / counts[list(o)]  # noqa: E731
+    return _window_sums(x, taps, lambda v: cast(v, work), "avgpool", divide, dtype=x.dtype)
+
+
+def _lp(p: int, work: DType):
+    """|x|**p and its root for LpPool, as the reference writes them."""
+    if p == 2:
+        return (lambda v: v * v), (lambda s: call("sqrt", s))
+    power, root = const_like(p, work), const_like(1.0 / p, work)
+    return (lambda v: call("pow", absolute(v), power)), (lambda s: call("pow", s, root))
+
+
+@compute_def("LpPool")
+def lp_pool(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides):
+    _require_float(x)
+    if p < 1:
+        raise NoCompute(f"p={p}")
+    taps = _pool_taps(ctx, x, kernel_shape, dict(
+        auto_pad=auto_pad, dilations=dilations, pads=pads, strides=strides), ceil_mode)
+    power, root = _lp(int(p), compute_dtype(x.dtype))
+    return _window_sums(x, taps, lambda v: power(widen(v)), "lppool",
+                        lambda s, o: root(s), dtype=x.dtype)
+
+
+def _global(x: Tensor) -> Reduction:
+    require_kernel_dtypes(x, allow_bool=False)
+    if x.ndim < 3:
+        raise NoCompute("global pooling needs rank >= 3")
+    return Reduction(x.shape, tuple(range(2, x.ndim)), keepdims=True)
+
+
+@compute_def("GlobalAveragePool")
+def global_average_pool(ctx, x):
+    red = _global(x)
+    work = compute_dtype(x.dtype) if x.dtype.is_float else DType.FLOAT64
+    count = const_like(red.count, work)
+    return reduce_stage(x, red, "sum", "globalavgpool", element=lambda v: cast(v, work),
+                        finish=lambda s: s / count, dtype=x.dtype)
+
+
+@compute_def("GlobalMaxPool")
+def global_max_pool(ctx, x):
+    return reduce_stage(x, _global(x), "max", "globalmaxpool", element=ordered,
+                        dtype=x.dtype)
+
+
+@compute_def("GlobalLpPool")
+def global_lp_pool(ctx, x, *, p):
+    _require_float(x)
+    if p < 1:
+        raise NoCompute(f"p={p}")
+    power, root = _lp(int(p), compute_dtype(x.dtype))
+    return reduce_stage(x, _global(x), "sum", "globallppool",
+                        element=lambda v: power(widen(v)), finish=root, dtype=x.dtype)

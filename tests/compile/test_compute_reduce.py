@@ -1,0 +1,246 @@
+"""Compiled reductions (ember/ops/compute/reduce.py) against the numpy references.
+
+Each test compiles ONE graph of many independent single-node cases (one C compile per test,
+so the file stays fast), asserts that no node fell back to numpy, and compares every output
+with the reference executor: exactly for integers and bools, within a tolerance of the dtype
+for floats (the kernels accumulate sequentially, numpy pairwise; libm and numpy's SIMD math
+differ by a few ulp).
+
+The helpers at the top are shared with test_compute_nn.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ember
+from ember.core.dtypes import DType
+from ember.interp import ReferenceExecutor
+from ember.ir.graph import Graph, Node
+from ember.ir.types import TensorType
+from ember.passes.infer_shapes import infer_shapes
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+RNG = np.random.default_rng(20240612)
+FLOAT_DTYPES = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16]
+
+# (rtol, atol) per float dtype of an output.
+TOLERANCE = {
+    np.dtype(np.float32): (1e-5, 1e-5),
+    np.dtype(np.float64): (1e-12, 1e-12),
+    np.dtype(np.float16): (4e-3, 4e-3),
+    BF16: (3e-2, 3e-2),
+}
+
+# ----------------------------------------------------------------------------- shared helpers
+
+
+@dataclass
+class Case:
+    """One node: op, input arrays (None for an absent optional input), attributes, which
+    inputs are graph constants, and how many outputs it has."""
+
+    op: str
+    inputs: Sequence[np.ndarray | None]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    constants: frozenset[int] | set[int] = frozenset()
+    outputs: int = 1
+
+
+def build_graph(cases: Sequence[Case]) -> tuple[Graph, dict[str, np.ndarray]]:
+    """A graph of independent single-node cases, each with its own inputs; and its feeds."""
+    graph = Graph(name="cases")
+    feeds: dict[str, np.ndarray] = {}
+    for k, case in enumerate(cases):
+        names = []
+        for i, array in enumerate(case.inputs):
+            if array is None:
+                names.append("")
+                continue
+            name = f"c{k}_in{i}"
+            array = np.asarray(array)
+            graph.types[name] = TensorType(DType.from_numpy(array.dtype), tuple(array.shape))
+            if i in case.constants:
+                graph.constants[name] = array
+            else:
+                graph.inputs.append(name)
+                feeds[name] = array
+            names.append(name)
+        outputs = [f"c{k}_out{j}" for j in range(case.outputs)]
+        graph.nodes.append(Node(case.op, names, outputs, dict(case.attrs),
+                                name=f"c{k}_{case.op}"))
+        graph.outputs.extend(outputs)
+    infer_shapes(graph)
+    return graph, feeds
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, what: str,
+                 tolerance: tuple[float, float] | None = None) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
+    if want.dtype in TOLERANCE:
+        rtol, atol = tolerance or TOLERANCE[want.dtype]
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
+                                   atol=atol, equal_nan=True, err_msg=what)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+def compile_cases(cases: Sequence[Case]):
+    """The compiled module of the cases' graph, its feeds and the reference outputs."""
+    graph, feeds = build_graph(cases)
+    with np.errstate(all="ignore"):
+        expected = ReferenceExecutor(graph).run(feeds)
+    return ember.compile(graph), feeds, expected
+
+
+def check_cases(cases: Sequence[Case], tolerance: tuple[float, float] | None = None) -> None:
+    """Compile the cases as one graph: every node must be a compiled kernel and every output
+    must match the reference executor."""
+    module, feeds, expected = compile_cases(cases)
+    assert module.build.host_nodes == [], module.build.report()
+    got = module.run(feeds)
+    for k, case in enumerate(cases):
+        for j in range(case.outputs):
+            name = f"c{k}_out{j}"
+            assert_close(got[name], expected[name],
+                         f"case {k}: {case.op} {case.attrs} output {j}", tolerance)
+
+
+def floats(shape: Sequence[int], dtype: Any = np.float32, scale: float = 1.0) -> np.ndarray:
+    return (RNG.standard_normal(tuple(shape)) * scale).astype(dtype)
+
+
+def integers(shape: Sequence[int], dtype: Any, low: int = -20, high: int = 20) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return RNG.integers(max(low, info.min), min(high, info.max), tuple(shape),
+                        endpoint=True).astype(dtype)
+
+
+def axes(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------- Reduce*
+
+REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+              "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"]
+# (axes or None for "every axis", attributes)
+AXES_VARIANTS = [
+    (None, {}), (axes(0), {}), (axes(-1), {"keepdims": 0}), (axes(0, 2), {}),
+    (axes(2, -2), {"keepdims": 0}), (axes(), {"noop_with_empty_axes": 1}),
+]
+
+
+def _reduce_case(op: str, x: np.ndarray, reduce_axes: np.ndarray | None, **attrs) -> Case:
+    if reduce_axes is None:
+        return Case(op, [x], attrs)
+    return Case(op, [x, reduce_axes], attrs, constants={1})
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_reduce_floats(dtype):
+    x = floats((3, 7, 5), dtype)
+    cases = [_reduce_case(op, x, a, **attrs) for op in REDUCE_OPS for a, attrs in AXES_VARIANTS]
+    positive = (np.abs(floats((4, 33, 2))) + 0.1).astype(dtype)
+    cases += [_reduce_case("ReduceLogSum", positive, a, **attrs) for a, attrs in AXES_VARIANTS[:4]]
+    check_cases(cases)
+
+
+def test_reduce_odd_shapes():
+    empty = np.zeros((0, 3), np.float32)
+    ones = floats((1, 7, 1))
+    scalar = np.array(2.5, np.float32)
+    cases = [_reduce_case(op, empty, axes(0), keepdims=1) for op in REDUCE_OPS]  # identities
+    cases += [_reduce_case(op, empty, axes(1), keepdims=0) for op in REDUCE_OPS]  # empty out
+    cases += [_reduce_case(op, ones, axes(0, 2), keepdims=0) for op in REDUCE_OPS]
+    cases += [_reduce_case(op, scalar, None) for op in REDUCE_OPS]
+    cases += [_reduce_case("ReduceSum", floats((33, 2)), axes(-2))]
+    check_cases(cases)
+
+
+def test_reduce_special_values():
+    x = np.array([[1.0, np.nan, 3.0], [-np.inf, -np.inf, -np.inf], [np.inf, 1.0, 2.0],
+                  [1000.0, 1000.0, -1000.0]], np.float32)
+    cases = [_reduce_case(op, x, axes(1)) for op in ("ReduceMax", "ReduceMin", "ReduceSum",
+                                                    "ReduceLogSumExp")]
+    check_cases(cases)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint32],
+                         ids=lambda d: np.dtype(d).name)
+def test_reduce_integers(dtype):
+    x = integers((3, 7, 5), dtype, -9, 9)
+    ops = ["ReduceSum", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+           "ReduceSumSquare", "ReduceMax"]
+    cases = [_reduce_case(op, x, a, **attrs) for op in ops for a, attrs in AXES_VARIANTS[:4]]
+    big = integers((2, 40), dtype, -128, 127)  # sums that overflow int8 wrap like numpy
+    cases += [_reduce_case(op, big, axes(1)) for op in ("ReduceSum", "ReduceMean")]
+    check_cases(cases)
+
+
+def test_reduce_bools():
+    x = RNG.random((3, 4, 5)) > 0.5
+    cases = [_reduce_case(op, x, a, **attrs) for op in ("ReduceMax", "ReduceMin")
+             for a, attrs in AXES_VARIANTS]
+    check_cases(cases)
+
+
+def test_reduce_with_runtime_axes_falls_back():
+    x = floats((3, 4))
+    graph, feeds = build_graph([Case("ReduceSum", [x, axes(1)], {"keepdims": 1})])
+    graph.types["c0_out0"] = TensorType(DType.FLOAT32, (3, 1))  # as a model would declare it
+    module = ember.compile(graph)
+    [host] = module.build.host_nodes
+    assert "configuration" in host.reason
+    np.testing.assert_allclose(module.run(feeds)["c0_out0"], x.sum(axis=1, keepdims=True),
+                               rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- ArgMax, ArgMin
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.int64, np.uint8, bool],
+                         ids=lambda d: np.dtype(d).name)
+def test_arg_extremes(dtype):
+    if np.dtype(dtype) == np.bool_:
+        x = RNG.random((3, 7, 5)) > 0.5
+    elif np.dtype(dtype).kind == "f":
+        x = np.round(floats((3, 7, 5), dtype) * 2)  # ties
+    else:
+        x = integers((3, 7, 5), dtype, -3, 3)
+    cases = [Case(op, [x], {"axis": axis, "keepdims": keep, "select_last_index": last})
+             for op in ("ArgMax", "ArgMin") for axis in (0, 1, -1) for keep in (0, 1)
+             for last in (0, 1)]
+    cases += [Case("ArgMax", [x[:1, :1]], {"axis": 1})]
+    check_cases(cases)
+
+
+def test_arg_extremes_nan_and_inf():
+    x = np.array([[1.0, np.nan, 3.0, np.nan], [2.0, 2.0, -np.inf, -np.inf],
+                  [np.inf, 1.0, np.inf, 0.0]], np.float32)
+    cases = [Case(op, [x], {"axis": 1, "select_last_index": last})
+             for op in ("ArgMax", "ArgMin") for last in (0, 1)]
+    check_cases(cases)
+
+
+# ----------------------------------------------------------------------------- CumSum
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.int64,
+                                   np.uint8], ids=lambda d: np.dtype(d).name)
+def test_cumsum(dtype):
+    x = floats((3, 7, 5), dtype) if np.dtype(dtype).kind == "f" else \
+        integers((3, 7, 5), dtype, 0, 60)
+    cases = [Case("CumSum", [x, np.array(axis, np.int32)],
+                  {"exclusive": exclusive, "reverse": reverse}, constants={1})
+             for axis in (0, 1, -1) for exclusive in (0, 1) for reverse in (0, 1)]
+    cases += [Case("CumSum", [x.reshape(-1), np.array([0], np.int64)], constants={1}),
+              Case("CumSum", [x[:, :0], np.array(1, np.int64)], constants={1})]
+    check_cases(cases)

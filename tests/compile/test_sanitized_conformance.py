@@ -1,0 +1,76 @@
+"""ONNX suite cases compiled with -fsanitize=address,undefined run cleanly.
+
+The generated C must be free of undefined behaviour and out-of-bounds accesses.  A child process
+(with the ASan runtime preloaded, as a sanitized library inside a normal Python requires)
+compiles a broad selection of node cases with ``sanitize=True``, runs them and compares with
+the suite's expected outputs.  Any sanitizer report aborts the child, failing the test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A spread of kernels: convolution and pooling with padding, matrix products, reductions,
+# indexing with negative indices, integer division, casts, normalizations, broadcasting.
+CASES = (
+    r"^test_(conv_with_strides_padding|convtranspose$|basic_conv_with_padding|"
+    r"maxpool_2d_pads|averagepool_2d_pads_count_include_pad|globalaveragepool$|"
+    r"matmul_3d|gemm_all_attributes|reduce_sum_keepdims_random|reduce_max_do_not_keepdims_random|"
+    r"argmax_negative_axis_keepdims_random|softmax_axis_0|logsoftmax_large_number|"
+    r"layer_normalization_4d_axis_negative_2|batchnorm_example|instancenorm_epsilon|"
+    r"gather_negative_indices|gather_elements_negative_indices|slice_neg_steps|pad_.*constant|"
+    r"concat_3d_axis_negative_1|transpose_all_permutations_3|expand_dim_changed|tile$|"
+    r"div_int8|mod_mixed_sign_int32|cast_FLOAT_to_FLOAT16|cast_FLOAT16_to_FLOAT|"
+    r"where_long_example|clip_default_int8_inbounds|sigmoid$|gelu_tanh_2|"
+    r"bitshift_right_uint16|cumsum_2d_negative_axis|depthtospace_crd_mode_example|"
+    r"trilu_lower_neg)$"
+)
+
+CHILD = textwrap.dedent("""
+    import re, sys, warnings
+    sys.path.insert(0, sys.argv[1])
+    sys.path.insert(0, sys.argv[1] + "/tests/conformance")
+    warnings.simplefilter("ignore")
+    from onnx.backend.test.loader import load_model_tests
+    from backend_harness import compare_outputs, data_sets
+    import ember
+
+    pattern = re.compile(sys.argv[2])
+    ran = 0
+    for case in load_model_tests(kind="node"):
+        if not pattern.search(case.name):
+            continue
+        model, sets = data_sets(case)
+        module = ember.compile(model, sanitize=True)
+        for inputs, expected in sets:
+            feeds = dict(zip(module.input_names, inputs))
+            outputs = module.run(feeds)
+            compare_outputs(expected, [outputs[n] for n in module.output_names],
+                            case.rtol, case.atol)
+        ran += 1
+    print("ran", ran)
+""")
+
+
+def test_conformance_cases_are_clean_under_asan_and_ubsan():
+    from ember.toolchain.compiler import sanitizer_preload
+
+    preload = sanitizer_preload()
+    env = dict(os.environ, LD_PRELOAD=preload,
+               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    result = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), CASES], env=env,
+                            capture_output=True, text=True, timeout=900)
+    report = result.stdout[-3000:] + result.stderr[-6000:]
+    assert result.returncode == 0, report
+    assert "runtime error" not in result.stderr, report  # UBSan reports
+    ran = int(result.stdout.split("ran")[-1].strip())
+    assert ran >= 30, report
