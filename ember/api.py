@@ -92,8 +92,8 @@ class Module:
         """Run on named inputs; returns outputs by name."""
         if not isinstance(feeds, Mapping):
             raise InputError("Module.run takes a dict of input name -> array")
-        shapes = {name: tuple(np.shape(feeds[name])) for name in self.graph.inputs
-                  if name in feeds}
+        shapes = {name: tuple(feeds[name].shape) for name in self.graph.inputs
+                  if isinstance(feeds.get(name), (np.ndarray, np.generic))}
         _, runtime = self._variant(self._shapes_from(shapes))
         return runtime.run(feeds)
 
@@ -132,25 +132,27 @@ class _HostResolver:
 
     def __init__(self, build: Build):
         self._impls = {impl.index: impl for impl in build.host_nodes}
+        self._graph = build.graph
 
     def __call__(self, entry: dict[str, Any]):
-        return host_function(self._impls[int(entry["index"])].node)
+        return host_function(self._impls[int(entry["index"])].node, self._graph)
 
 
-def host_function(node):
-    """A function running ``node``'s numpy reference on a list of input arrays."""
-    from ember.ops.registry import RefContext, get_op
+def host_function(node, graph: Graph):
+    """A function running ``node``'s numpy reference on a list of input arrays: its explicit
+    inputs, then the values its subgraphs read from the enclosing graph (in
+    ``node.implicit_inputs()`` order)."""
+    from ember.interp.reference import NodeInterpreter
 
-    opdef = get_op(node.op)
-    attrs = opdef.resolve_attrs(node)
-    ctx = RefContext(node, opdef, lambda *a: [])
+    interpreter = NodeInterpreter()
+    implicit = node.implicit_inputs()
+    explicit_count = sum(1 for name in node.inputs if name)
 
     def run(inputs: list[np.ndarray]) -> list[np.ndarray]:
-        it = iter(inputs)
+        it = iter(inputs[:explicit_count])
         args = [next(it) if name else None for name in node.inputs]
-        with np.errstate(all="ignore"):
-            result = opdef.reference(ctx, *args, **attrs)
-        outputs = list(result) if isinstance(result, tuple) else [result]
+        scope = dict(zip(implicit, inputs[explicit_count:]))
+        outputs = interpreter.run_node(graph, node, args, scope)
         return [o for o, name in zip(outputs, node.outputs) if name]
 
     return run
@@ -160,15 +162,22 @@ def _resolve_from_manifest(entry: dict[str, Any]):
     from ember.ir.serialize import graph_from_json
 
     graph = graph_from_json(entry["node"])
-    return host_function(graph.nodes[0])
+    return host_function(graph.nodes[0], graph)
 
 
 def compile(model: Any, target: str | Target = "native", opt_level: int = 2,
-            input_shapes: Mapping[str, Sequence[int]] | None = None) -> Module:
-    """Compile an ONNX model (path, bytes, ModelProto) or an ember Graph to native code."""
+            input_shapes: Mapping[str, Sequence[int]] | None = None,
+            sanitize: bool = False) -> Module:
+    """Compile an ONNX model (path, bytes, ModelProto) or an ember Graph to native code.
+
+    ``input_shapes`` fixes the shapes of dynamic inputs (otherwise the first call does);
+    ``sanitize=True`` builds with AddressSanitizer and UBSan (for tests: the process must
+    preload the sanitizer runtime, see ``ember.toolchain.compiler.sanitizer_preload``).
+    """
     graph = _as_graph(model)
     resolved = target if isinstance(target, Target) else Target.parse(target)
-    return Module(graph, BuildOptions(target=resolved, opt_level=opt_level), input_shapes)
+    options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize)
+    return Module(graph, options, input_shapes)
 
 
 def load(path: str | Path) -> CompiledModel:

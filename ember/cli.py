@@ -84,7 +84,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--traceback", action="store_true",
                         help="show the Python traceback of internal errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (_add_inspect, _add_run):
+    for add_command in (_add_inspect, _add_run, _add_compile):
         add_command(commands)
     return parser
 
@@ -291,10 +291,15 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--output-dir", type=Path, metavar="DIR",
                         help="save every output as DIR/NAME.npy")
+    parser.add_argument("--mode", choices=("reference", "compiled"), default="reference",
+                        help="for a model file: run ember's numpy references (default) or "
+                             "compile it first")
     parser.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
+    if args.model.is_dir():
+        return _run_artifact(args, console)
     graph = _load(args.model)
     bindings = _bindings(graph, args.dim)
     feeds = {name: _load_npy(name, path) for name, path in args.input}
@@ -306,7 +311,14 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             feeds[name] = _random_value(name, graph.types.get(name), bindings, rng)
             sources[name] = f"random (seed {args.seed})"
 
-    outputs = ReferenceExecutor(graph).run(feeds)
+    if args.mode == "compiled":
+        from ember.api import compile as compile_model
+
+        module = compile_model(graph, input_shapes={n: np.shape(v) for n, v in feeds.items()})
+        outputs = module.run(feeds)
+        console.print(module.report())
+    else:
+        outputs = ReferenceExecutor(graph).run(feeds)
 
     console.print(_values_table("Inputs", feeds, sources))
     console.print(_values_table("Outputs", outputs))
@@ -449,3 +461,76 @@ def _save_outputs(outputs: Mapping[str, Any], directory: Path) -> list[str]:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _run_artifact(args: argparse.Namespace, console: Console) -> int:
+    """``ember run ARTIFACT``: run a compiled artifact directory."""
+    from ember.api import load as load_artifact
+
+    model = load_artifact(args.model)
+    feeds = {name: _load_npy(name, path) for name, path in args.input}
+    rng = np.random.default_rng(args.seed)
+    sources = {name: "file" for name in feeds}
+    for spec in model.inputs:
+        if spec["name"] not in feeds:
+            dtype = DType.from_numpy(np.dtype(spec["dtype"]))
+            feeds[spec["name"]] = _random_array(dtype, tuple(spec["shape"]), rng)
+            sources[spec["name"]] = f"random (seed {args.seed})"
+    outputs = model.run(feeds)
+    console.print(_values_table("Inputs", feeds, sources))
+    console.print(_values_table("Outputs", outputs))
+    if args.output_dir is not None:
+        saved = _save_outputs(outputs, args.output_dir)
+        console.print(f"saved {len(saved)} file(s) to {args.output_dir}: {', '.join(saved)}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- compile
+
+
+def _add_compile(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "compile", help="compile a model into an artifact (library + weights + manifest)",
+        description="Compile a model to native code and save it as an artifact directory that "
+                    "ember.runtime.load() (or `ember run ARTIFACT`) runs.")
+    _add_model_argument(parser)
+    parser.add_argument("-o", "--output", type=Path, required=True, metavar="OUT",
+                        help="the artifact directory to write")
+    parser.add_argument("--target", default="native",
+                        help="native (default), x86_64-avx2, x86_64-avx512, ...")
+    parser.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
+    _add_dim_option(parser, "size of a symbolic dimension (required for dynamic inputs)")
+    parser.set_defaults(handler=_compile)
+
+
+def _compile(args: argparse.Namespace, console: Console) -> int:
+    from ember.api import compile as compile_model
+
+    graph = _load(args.model)
+    bindings = _bindings(graph, args.dim)
+    shapes = {}
+    for name in graph.inputs:
+        vtype = graph.types.get(name)
+        if isinstance(vtype, TensorType) and vtype.shape is not None:
+            try:
+                shapes[name] = tuple(_concrete_required(d, bindings, name) for d in vtype.shape)
+            except KeyError as missing:
+                raise InputError(f"input '{name}' has the symbolic dimension {missing}; give its "
+                                 f"size with --dim {missing.args[0]}=SIZE") from None
+    module = compile_model(graph, target=args.target, opt_level=args.opt_level,
+                           input_shapes=shapes)
+    path = module.save(args.output)
+    console.print(module.report())
+    console.print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _concrete_required(dim: Dim, bindings: Mapping[str, int], input_name: str) -> int:
+    if isinstance(dim, int):
+        return dim
+    symbol = _single_symbol(dim) if dim is not None else None
+    if symbol is None:
+        raise InputError(f"input '{input_name}' has a dimension '{dim}' that cannot be bound")
+    if symbol not in bindings:
+        raise KeyError(symbol)
+    return bindings[symbol]

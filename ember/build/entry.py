@@ -18,7 +18,7 @@ HEADER = """
 #include <string.h>
 
 typedef int32_t (*ember_host_fn)(void *ctx, int32_t node_index, void **buffers);
-"""
+"""  # EMBER_EXPORT (default visibility) is defined by the codegen prelude
 
 
 @dataclass
@@ -55,11 +55,10 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
         raise KeyError(f"value '{name}' has no storage")
 
     lines = [HEADER,
-             "__attribute__((visibility(\"default\"))) int64_t ember_workspace_size(void)",
+             "EMBER_EXPORT int64_t ember_workspace_size(void)",
              f"{{ return {workspace_size}; }}",
              "",
-             "__attribute__((visibility(\"default\")))",
-             "int32_t ember_run(void *const *inputs, void *const *outputs, "
+             "EMBER_EXPORT int32_t ember_run(void *const *inputs, void *const *outputs, "
              "const uint8_t *weights, uint8_t *workspace, ember_host_fn host, void *host_ctx)",
              "{",
              "  (void)inputs; (void)outputs; (void)weights; (void)workspace;",
@@ -67,7 +66,8 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
     for step in steps:
         node = step.node
         lines.append(f"  /* node {step.index}: {node.op} '{_comment(node.name)}' */")
-        args = [pointer(n) for n in node.inputs if n] + [pointer(n) for n in node.outputs if n]
+        reads = [n for n in node.inputs if n] + node.implicit_inputs()
+        args = [pointer(n) for n in reads] + [pointer(n) for n in node.outputs if n]
         if step.kind == "kernel":
             lines.append(f"  {step.kernel_name}({', '.join(args)});")
         else:

@@ -98,7 +98,7 @@ class Build:
 def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None = None,
                 options: BuildOptions | None = None) -> Build:
     """Compile ``graph`` for the given input shapes (required for dynamic dims)."""
-    from ember.codegen.c import CModule, generate_c
+    from ember.codegen.c import CModule, generate_c, kernel_symbol
     from ember.schedule.default import default_schedule
     from ember.toolchain.compiler import compile_shared
 
@@ -119,8 +119,8 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     used_constants = _used_constants(g)
     weight_offsets, weights_size = _layout_weights(used_constants)
     workspace_offsets, workspace_size = _plan_workspace(g)
-    steps = [EntryStep(impl.index, impl.node, impl.kind, impl.func.name if impl.func else None)
-             for impl in impls]
+    steps = [EntryStep(impl.index, impl.node, impl.kind,
+                       kernel_symbol(impl.func) if impl.func else None) for impl in impls]
     entry = generate_entry(g, steps, weight_offsets, workspace_offsets, workspace_size)
     module = CModule(kernels=[impl.func for impl in impls if impl.func], extra_source=entry,
                      exports=["ember_run", "ember_workspace_size"], target=options.target)
@@ -136,7 +136,7 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
 def _check_static(g: Graph) -> None:
     problems = []
     producers = g.producers()
-    names = list(g.inputs) + [o for n in g.nodes for o in n.outputs if o]
+    names = list(dict.fromkeys(list(g.inputs) + [o for n in g.nodes for o in n.outputs if o]))
     for name in names:
         vtype = g.types.get(name)
         origin = producers.get(name)
@@ -188,8 +188,13 @@ def _c_identifier(text: str) -> str:
 # ---------------------------------------------------------------------- memory
 
 
+def node_reads(node: Node) -> list[str]:
+    """Every value a node reads: its inputs, then what its subgraphs read from outside."""
+    return [n for n in node.inputs if n] + node.implicit_inputs()
+
+
 def _used_constants(g: Graph) -> dict[str, np.ndarray]:
-    used = {n for node in g.nodes for n in node.inputs if n in g.constants}
+    used = {n for node in g.nodes for n in node_reads(node) if n in g.constants}
     used.update(o for o in g.outputs if o in g.constants)
     return {name: np.ascontiguousarray(g.constants[name]) for name in g.constants if name in used}
 
@@ -219,7 +224,7 @@ def _plan_workspace(g: Graph) -> tuple[dict[str, int], int]:
             if name and name not in external:
                 first.setdefault(name, step)
                 last[name] = step
-        for name in node.inputs:
+        for name in node_reads(node):
             if name in first:
                 last[name] = step
     intervals = [Interval(name, _nbytes(g.types[name]), first[name], last[name])

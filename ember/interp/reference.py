@@ -21,29 +21,22 @@ from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ops.registry import OpDef, RefContext, get_op
 
 
-class ReferenceExecutor:
-    """Executes ``graph`` with numpy; reusable across calls."""
+class NodeInterpreter:
+    """Runs nodes with their numpy references; subgraphs see enclosing values by name."""
 
-    def __init__(self, graph: Graph):
-        self.graph = graph
-        missing = [(n.op, n.name, "no ember op of this name") for n in graph.walk()
-                   if get_op(n.op) is None]
-        if missing:
-            raise UnsupportedOpError(missing)
+    def run_node(self, graph: Graph, node: Node, args: list[Any],
+                 env: MutableMapping[str, Any]) -> list[Any]:
+        """Run one node of ``graph`` on ``args``; ``env`` holds the values its subgraphs may
+        read from enclosing scopes."""
+        opdef = get_op(node.op)
+        if opdef is None:
+            raise UnsupportedOpError([(node.op, node.name, "no ember op of this name")])
+        return self._run_node(graph, node, opdef, args, env)
 
-    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """Run on named inputs; returns every graph output by name."""
-        check_inputs(self.graph, feeds)
-        env: MutableMapping[str, Any] = dict(self.graph.constants)
-        env.update(feeds)
-        self._run_nodes(self.graph, env)
-        return {name: env[name] for name in self.graph.outputs}
-
-    # ------------------------------------------------------------------ internals
     def _run_nodes(self, graph: Graph, env: MutableMapping[str, Any]) -> None:
         for node in graph.nodes:
             opdef = get_op(node.op)
-            assert opdef is not None  # checked in __init__
+            assert opdef is not None  # checked when the executor was made
             args = [env[name] if name else None for name in node.inputs]
             results = self._run_node(graph, node, opdef, args, env)
             for name, value in zip(node.outputs, results):
@@ -77,6 +70,25 @@ class ReferenceExecutor:
             raise ExecutionError(f"node '{node.name}' ({node.op}) produced {len(outputs)} "
                                  f"outputs, the node names {len(node.outputs)}")
         return outputs
+
+
+class ReferenceExecutor(NodeInterpreter):
+    """Executes ``graph`` with numpy; reusable across calls."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        missing = [(n.op, n.name, "no ember op of this name") for n in graph.walk()
+                   if get_op(n.op) is None]
+        if missing:
+            raise UnsupportedOpError(missing)
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """Run on named inputs; returns every graph output by name."""
+        check_inputs(self.graph, feeds)
+        env: MutableMapping[str, Any] = dict(self.graph.constants)
+        env.update(feeds)
+        self._run_nodes(self.graph, env)
+        return {name: env[name] for name in self.graph.outputs}
 
 
 def check_inputs(graph: Graph, feeds: Mapping[str, Any]) -> None:

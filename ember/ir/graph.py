@@ -41,6 +41,13 @@ class Node:
             elif isinstance(value, list):
                 yield from (v for v in value if isinstance(v, Graph))
 
+    def implicit_inputs(self) -> list[str]:
+        """Values of enclosing graphs that this node's subgraphs read by name (sorted)."""
+        names: set[str] = set()
+        for sub in self.subgraphs():
+            names |= sub.free_names()
+        return sorted(names)
+
     def __str__(self) -> str:
         from ember.ir.printer import format_node
 
@@ -79,6 +86,17 @@ class Graph:
         for node in self.nodes:
             names.update(o for o in node.outputs if o)
         return names
+
+    def free_names(self) -> set[str]:
+        """Names this graph (or its subgraphs) reads without defining: enclosing-scope values."""
+        defined = set(self.inputs) | set(self.constants)
+        free: set[str] = set()
+        for node in self.nodes:
+            free.update(i for i in node.inputs if i and i not in defined)
+            free.update(n for n in node.implicit_inputs() if n not in defined)
+            defined.update(o for o in node.outputs if o)
+        free.update(o for o in self.outputs if o not in defined)
+        return free
 
     def op_histogram(self, recursive: bool = True) -> dict[str, int]:
         counts: dict[str, int] = {}

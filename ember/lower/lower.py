@@ -81,7 +81,38 @@ def lower_compute(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]
             body = _rebind(body, stage.output.buffer, local)
             body = Allocate(local, body)
     params = tuple(t.buffer for t in inputs) + tuple(out_buffers)
-    return PrimFunc(name, params, simplify(body), attrs)
+    return PrimFunc(name, params, _canonical_names(simplify(body)), attrs)
+
+
+def _canonical_names(body: Stmt) -> Stmt:
+    """Rename loop variables and local buffers by order of appearance (``i0``, ``t0``, ...).
+
+    Stage names come from a process-wide counter; renaming makes the generated code depend on
+    the kernel alone, so identical kernels give identical C and hit the compile cache."""
+    var_names: dict[Var, Var] = {}
+    buffer_names: dict[Buffer, Buffer] = {}
+    for node in walk(body):
+        if isinstance(node, For) and node.var not in var_names:
+            var_names[node.var] = Var(f"i{len(var_names)}", node.var.dtype)
+        elif isinstance(node, Allocate) and node.buffer not in buffer_names:
+            b = node.buffer
+            buffer_names[b] = Buffer(f"t{len(buffer_names)}", b.dtype, b.shape, b.scope,
+                                     b.align)
+
+    def rename(n):
+        if isinstance(n, Var) and n in var_names:
+            return var_names[n]
+        if isinstance(n, For) and n.var in var_names:
+            return For(var_names[n.var], n.start, n.extent, n.kind, n.body, n.annotations)
+        if isinstance(n, Allocate) and n.buffer in buffer_names:
+            return Allocate(buffer_names[n.buffer], n.body)
+        if isinstance(n, Load) and n.buffer in buffer_names:
+            return Load(buffer_names[n.buffer], n.index, n.mask)
+        if isinstance(n, Store) and n.buffer in buffer_names:
+            return Store(buffer_names[n.buffer], n.index, n.value, n.mask)
+        return None
+
+    return rewrite(body, rename)
 
 
 def _topological_stages(outputs: Sequence[Tensor]) -> list[Stage]:
@@ -108,6 +139,10 @@ def _lower_stage(stage: Stage, buffer_map: dict[Buffer, Buffer]) -> Stmt:
     reduce_nodes = [n for n in walk(stage.body) if isinstance(n, Reduce)]
     if len(reduce_nodes) > 1:
         raise LoweringError(f"stage {stage.output.name}: at most one Reduce per stage")
+    if reduce_nodes and reduce_nodes[0] is stage.body and stage.axes and \
+            stage.body.dtype == out.dtype and _prefers_output_accumulation(stage, reduce_nodes[0]):
+        return _rebind_all(_lower_reduction_into_output(stage, reduce_nodes[0], out, index),
+                           buffer_map)
     if reduce_nodes:
         red = reduce_nodes[0]
         acc = Buffer(f"{stage.output.name}_acc", red.dtype, (1,), scope="local")
@@ -127,6 +162,60 @@ def _lower_stage(stage: Stage, buffer_map: dict[Buffer, Buffer]) -> Stmt:
     for axis, extent in reversed(list(zip(stage.axes, stage.output.shape))):
         inner = For(axis, Const(0, INDEX), Const(extent, INDEX), ForKind.SERIAL, inner)
     return _rebind_all(inner, buffer_map)
+
+
+def _lower_reduction_into_output(stage: Stage, red: Reduce, out: Buffer, index: Expr) -> Stmt:
+    """``out = init`` over the output, then ``out = combine(out, source)`` over output and
+    reduction axes in one perfect nest whose reduction loops are annotated ``reduce``: the
+    schedule may then move them outside the innermost output loop and vectorize that loop
+    (the order in which each output element accumulates is unchanged, so results are too)."""
+    current = Load(out, index)
+    combined = _combine(red.combiner, current, red.source)
+    if red.condition is not None:
+        combined = Select(red.condition, combined, current)
+    update: Stmt = Store(out, index, combined)
+    for axis in reversed(red.axes):
+        update = For(axis.var, Const(0, INDEX), Const(axis.extent, INDEX), ForKind.SERIAL,
+                     update, annotations=(("reduce", True),))
+    init: Stmt = Store(out, index, red.init)
+    init_axes = tuple(Var(f"{axis.name}_init") for axis in stage.axes)
+    init = substitute(init, dict(zip(stage.axes, init_axes)))
+    for axis, init_axis, extent in reversed(list(zip(stage.axes, init_axes,
+                                                      stage.output.shape))):
+        init = For(init_axis, Const(0, INDEX), Const(extent, INDEX), ForKind.SERIAL, init)
+        update = For(axis, Const(0, INDEX), Const(extent, INDEX), ForKind.SERIAL, update)
+    return seq(init, update)
+
+
+def _prefers_output_accumulation(stage: Stage, red: Reduce) -> bool:
+    """Accumulate in the output (rather than a scalar) when the innermost output axis walks
+    memory contiguously in every load that uses it, and runs long enough to vectorize: the
+    shape of matrix products and convolutions, not of row reductions."""
+    axis, extent = stage.axes[-1], stage.output.shape[-1]
+    if extent < 8:
+        return False
+    extents = {a: e for a, e in zip(stage.axes, stage.output.shape)}
+    extents.update({r: r.extent for r in red.axes})
+    used = False
+    for node in walk(red.source):
+        if isinstance(node, Load) and any(v == axis for v in walk(node.index)):
+            used = True
+            if local_stride(node.index, axis, extents) != 1:
+                return False
+    return used
+
+
+def local_stride(index: Expr, var: Var, extents: dict) -> int | None:
+    """How far ``index`` moves when ``var`` steps by one, at an interior point of the loop
+    space (every variable at half its extent): the stride of affine indices, and that of
+    clamped/padded ones away from the borders.  None if it cannot be evaluated."""
+    point = {v: Const(max(e // 2, 0), INDEX) for v, e in extents.items()}
+    here = simplify(substitute(index, point))
+    point[var] = Const(max(extents.get(var, 2) // 2, 0) + 1, INDEX)
+    there = simplify(substitute(index, point))
+    if isinstance(here, Const) and isinstance(there, Const):
+        return int(there.value) - int(here.value)
+    return None
 
 
 def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:

@@ -31,7 +31,9 @@ def host_node_entries(build: Build) -> list[dict[str, Any]]:
         node = impl.node
         entries.append({
             "index": impl.index, "op": node.op, "name": node.name, "reason": impl.reason,
-            "inputs": [describe_value(build.graph, n) for n in node.inputs if n],
+            "inputs": [describe_value(build.graph, n)
+                       for n in [n for n in node.inputs if n] + node.implicit_inputs()],
+            "implicit_inputs": node.implicit_inputs(),
             "outputs": [describe_value(build.graph, n) for n in node.outputs if n],
         })
     return entries
@@ -103,9 +105,11 @@ def _as_bytes_if_needed(array: np.ndarray) -> np.ndarray:
 
 
 def _node_graph(build: Build, node):
-    """A one-node graph holding the node, for the host-node description."""
+    """A one-node graph holding the node (its subgraphs' outer reads become graph inputs)."""
     from ember.ir.graph import Graph
 
-    return Graph(name=node.name or node.op, inputs=[n for n in node.inputs if n],
+    reads = [n for n in node.inputs if n] + node.implicit_inputs()
+    names = reads + [n for n in node.outputs if n]
+    return Graph(name=node.name or node.op, inputs=list(dict.fromkeys(reads)),
                  outputs=[n for n in node.outputs if n], nodes=[node],
-                 types={n: build.graph.types[n] for n in node.inputs + node.outputs if n})
+                 types={n: build.graph.types[n] for n in names if n in build.graph.types})

@@ -13,24 +13,10 @@ def eliminate_dead_code(graph: Graph) -> int:
         if any(o in live for o in node.outputs if o):
             kept.append(node)
             live.update(i for i in node.inputs if i)
-            for sub in node.subgraphs():
-                live.update(_free_names(sub))
+            live.update(node.implicit_inputs())
     removed = len(graph.nodes) - len(kept)
     graph.nodes = list(reversed(kept))
     for name in list(graph.constants):
         if name not in live:
             del graph.constants[name]
     return removed
-
-
-def _free_names(graph: Graph) -> set[str]:
-    """Names a subgraph reads from enclosing scopes."""
-    defined = set(graph.inputs) | set(graph.constants)
-    free: set[str] = set()
-    for node in graph.nodes:
-        free.update(i for i in node.inputs if i and i not in defined)
-        for sub in node.subgraphs():
-            free.update(n for n in _free_names(sub) if n not in defined)
-        defined.update(o for o in node.outputs if o)
-    free.update(o for o in graph.outputs if o not in defined)
-    return free

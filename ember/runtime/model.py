@@ -153,6 +153,8 @@ class CompiledModel:
         arrays = []
         for spec in self.inputs:
             value = feeds[spec["name"]]
+            if isinstance(value, np.generic):  # a numpy scalar for a 0-d input
+                value = np.asarray(value)
             if not isinstance(value, np.ndarray):
                 raise InputError(f"input '{spec['name']}' must be a numpy array, got "
                                  f"{type(value).__name__}")

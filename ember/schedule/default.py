@@ -41,6 +41,18 @@ def default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
             elif vectorizable:
                 schedule.vectorize(name)
             continue
+        reduce_loops = [l for l in chain if _is_reduce(l)]
+        spatial = [l for l in chain if not _is_reduce(l)]
+        if reduce_loops and spatial and isinstance(innermost.body, Store):
+            # Accumulation into the output (lowering chose it because the innermost output
+            # loop walks memory contiguously): move the reduction loops outside that loop and
+            # vectorize it.
+            order = [l.var.name for l in spatial[:-1] + reduce_loops + spatial[-1:]]
+            schedule.reorder(*order)
+            _parallelize_outer(schedule, spatial[:-1], parallel_worthy)
+            if _extent(spatial[-1]) >= 4:
+                schedule.vectorize(spatial[-1].var.name)
+            continue
         if parallel_worthy:
             name, extent = chain[0].var.name, _extent(chain[0])
             for following in chain[1:-1]:
@@ -53,6 +65,24 @@ def default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
         if vectorizable:
             schedule.vectorize(innermost.var.name)
     return schedule.func
+
+
+def _is_reduce(loop: For) -> bool:
+    return bool(dict(loop.annotations).get("reduce"))
+
+
+def _parallelize_outer(schedule: Schedule, loops: list[For], worthy: bool) -> None:
+    """Fuse the leading loops until there are enough iterations, then run them in parallel."""
+    if not worthy or not loops:
+        return
+    name, extent = loops[0].var.name, _extent(loops[0])
+    for following in loops[1:]:
+        if extent >= PARALLEL_MIN_OUTER:
+            break
+        name = schedule.fuse(name, following.var.name)
+        extent *= _extent(following)
+    if extent >= 2:
+        schedule.parallel(name)
 
 
 def _extent(loop: For) -> int:
