@@ -44,6 +44,7 @@ class Module:
         self._variants: dict[tuple, tuple[Build, CompiledModel]] = {}
         self._last: tuple[Build, CompiledModel] | None = None
         self._num_threads: int | None = None
+        self._workdirs: list[tempfile.TemporaryDirectory] = []
         if input_shapes is not None or self._all_static():
             self._variant(self._shapes_from(input_shapes or {}))
 
@@ -66,13 +67,15 @@ class Module:
     def _variant(self, shapes: dict[str, tuple[int, ...]]) -> tuple[Build, CompiledModel]:
         key = tuple(sorted(shapes.items()))
         if key not in self._variants:
-            build = build_graph(self.graph, shapes, self.options)
-            with tempfile.TemporaryDirectory(prefix="ember-module-") as tmp:
-                # Loading from the saved form exercises exactly what a deployment runs.
-                from ember.package.artifact import save_artifact
+            from ember.package.artifact import save_artifact
 
-                artifact = save_artifact(build, Path(tmp) / "model.ember")
-                runtime = CompiledModel(artifact, host_resolver=_HostResolver(build))
+            build = build_graph(self.graph, shapes, self.options)
+            # Loading from the saved form runs exactly what a deployment runs; the directory
+            # lives as long as the module (profilers and debuggers can then find the library).
+            workdir = tempfile.TemporaryDirectory(prefix="ember-module-")
+            self._workdirs.append(workdir)
+            artifact = save_artifact(build, Path(workdir.name) / "model.ember")
+            runtime = CompiledModel(artifact, host_resolver=_HostResolver(build))
             if self._num_threads is not None:
                 runtime.set_num_threads(self._num_threads)
             self._variants[key] = (build, runtime)

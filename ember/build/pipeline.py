@@ -28,10 +28,8 @@ from ember.ir.loop.stmt import PrimFunc
 from ember.ir.types import TensorType
 from ember.lower.lower import lower_node
 from ember.ops.registry import get_op
-from ember.passes.dce import eliminate_dead_code
-from ember.passes.fold_constants import fold_constants
-from ember.passes.infer_shapes import infer_shapes
 from ember.passes.memory_plan import ALIGNMENT, Interval, align, plan_memory
+from ember.passes.pipeline import optimize
 from ember.passes.specialize import specialize
 
 # Element types compiled kernels compute on; others run as host nodes on raw bytes.
@@ -79,6 +77,7 @@ class Build:
     weights_size: int
     workspace_size: int
     seconds: float
+    pass_log: list[str] = field(default_factory=list)
 
     @property
     def host_nodes(self) -> list[NodeImpl]:
@@ -90,6 +89,8 @@ class Build:
                  f"{len(self.host_nodes)} numpy fallbacks; workspace "
                  f"{self.workspace_size:,} B, weights {self.weights_size:,} B; "
                  f"built in {self.seconds:.2f} s"]
+        if self.pass_log:
+            lines.append(f"  graph passes: {', '.join(self.pass_log)}")
         for impl in self.host_nodes:
             lines.append(f"  fallback: node '{impl.node.name}' ({impl.node.op}): {impl.reason}")
         return "\n".join(lines)
@@ -105,10 +106,8 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     options = options or BuildOptions()
     started = time.perf_counter()
     g = specialize(graph, dict(input_shapes or {}))
-    if options.opt_level >= 1:
-        fold_constants(g)
-        eliminate_dead_code(g)
-        infer_shapes(g)
+    pass_log: list[str] = []
+    optimize(g, options.opt_level, pass_log)
     _check_static(g)
 
     impls = [_implement(index, node, g) for index, node in enumerate(g.nodes)]
@@ -127,7 +126,7 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     source = generate_c(module)
     library = compile_shared(source, options.target, sanitize=options.sanitize)
     return Build(g, options.target, source, library, impls, used_constants, weight_offsets,
-                 weights_size, workspace_size, time.perf_counter() - started)
+                 weights_size, workspace_size, time.perf_counter() - started, pass_log)
 
 
 # ---------------------------------------------------------------------- validation

@@ -26,6 +26,13 @@ from ember.ir.types import TensorType
 from ember.ops.registry import NoCompute, OpDef
 
 
+# Loads whose innermost-output-axis stride is at most this still vectorize well (strided
+# loads become a few permutes); larger strides are gathers, better left to a scalar reduction.
+MAX_VECTOR_LOAD_STRIDE = 4
+# Shorter innermost output axes are not worth vectorizing (a scalar accumulator wins).
+MIN_VECTOR_EXTENT = 4
+
+
 class LoweringError(EmberError):
     """A compute definition could not be lowered (a bug in an op's compute, named here)."""
 
@@ -139,8 +146,8 @@ def _lower_stage(stage: Stage, buffer_map: dict[Buffer, Buffer]) -> Stmt:
     reduce_nodes = [n for n in walk(stage.body) if isinstance(n, Reduce)]
     if len(reduce_nodes) > 1:
         raise LoweringError(f"stage {stage.output.name}: at most one Reduce per stage")
-    if reduce_nodes and reduce_nodes[0] is stage.body and stage.axes and \
-            stage.body.dtype == out.dtype and _prefers_output_accumulation(stage, reduce_nodes[0]):
+    if reduce_nodes and stage.axes and reduce_nodes[0].dtype == out.dtype and \
+            _prefers_output_accumulation(stage, reduce_nodes[0]):
         return _rebind_all(_lower_reduction_into_output(stage, reduce_nodes[0], out, index),
                            buffer_map)
     if reduce_nodes:
@@ -168,7 +175,8 @@ def _lower_reduction_into_output(stage: Stage, red: Reduce, out: Buffer, index: 
     """``out = init`` over the output, then ``out = combine(out, source)`` over output and
     reduction axes in one perfect nest whose reduction loops are annotated ``reduce``: the
     schedule may then move them outside the innermost output loop and vectorize that loop
-    (the order in which each output element accumulates is unchanged, so results are too)."""
+    (the order in which each output element accumulates is unchanged, so results are too).
+    An epilogue around the reduction (``sum + bias``) becomes a last elementwise pass."""
     current = Load(out, index)
     combined = _combine(red.combiner, current, red.source)
     if red.condition is not None:
@@ -180,19 +188,27 @@ def _lower_reduction_into_output(stage: Stage, red: Reduce, out: Buffer, index: 
     init: Stmt = Store(out, index, red.init)
     init_axes = tuple(Var(f"{axis.name}_init") for axis in stage.axes)
     init = substitute(init, dict(zip(stage.axes, init_axes)))
+    epilogue: Stmt | None = None
+    if red is not stage.body:  # e.g. a bias added to a convolution: one more pass
+        finished = rewrite(stage.body, lambda n: current if n is red else None)
+        epilogue_axes = tuple(Var(f"{axis.name}_epilogue") for axis in stage.axes)
+        epilogue = substitute(Store(out, index, finished), dict(zip(stage.axes, epilogue_axes)))
+        for axis, extent in reversed(list(zip(epilogue_axes, stage.output.shape))):
+            epilogue = For(axis, Const(0, INDEX), Const(extent, INDEX), ForKind.SERIAL, epilogue)
     for axis, init_axis, extent in reversed(list(zip(stage.axes, init_axes,
                                                       stage.output.shape))):
         init = For(init_axis, Const(0, INDEX), Const(extent, INDEX), ForKind.SERIAL, init)
         update = For(axis, Const(0, INDEX), Const(extent, INDEX), ForKind.SERIAL, update)
-    return seq(init, update)
+    return seq(init, update, epilogue) if epilogue is not None else seq(init, update)
 
 
 def _prefers_output_accumulation(stage: Stage, red: Reduce) -> bool:
     """Accumulate in the output (rather than a scalar) when the innermost output axis walks
-    memory contiguously in every load that uses it, and runs long enough to vectorize: the
-    shape of matrix products and convolutions, not of row reductions."""
+    memory with a small stride (contiguous, or a strided convolution's 2-4) in every load
+    that uses it, and runs long enough to vectorize: the shape of matrix products and
+    convolutions, not of row reductions (whose innermost output axis strides a whole row)."""
     axis, extent = stage.axes[-1], stage.output.shape[-1]
-    if extent < 8:
+    if extent < MIN_VECTOR_EXTENT:
         return False
     extents = {a: e for a, e in zip(stage.axes, stage.output.shape)}
     extents.update({r: r.extent for r in red.axes})
@@ -200,7 +216,8 @@ def _prefers_output_accumulation(stage: Stage, red: Reduce) -> bool:
     for node in walk(red.source):
         if isinstance(node, Load) and any(v == axis for v in walk(node.index)):
             used = True
-            if local_stride(node.index, axis, extents) != 1:
+            stride = local_stride(node.index, axis, extents)
+            if stride is None or not 1 <= abs(stride) <= MAX_VECTOR_LOAD_STRIDE:
                 return False
     return used
 
