@@ -1,7 +1,8 @@
 """Run the ONNX backend test suite (shipped in the ``onnx`` package) against ember.
 
     python tools/conformance.py                      # node cases, summary + failures
-    python tools/conformance.py --kind all --report docs/coverage.md
+    python tools/conformance.py --mode compiled      # through the compiled path
+    python tools/conformance.py --kind all --mode both --report docs/coverage.md
     python tools/conformance.py -k "test_conv" -v    # a subset, with error details
 
 Prints pass counts per kind and checks them against tests/conformance/expected_failures.py:
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kind", default="node", help=f"one of {KINDS} or 'all'")
     parser.add_argument("-k", "--filter", default=None, help="regex on test names")
-    parser.add_argument("--mode", default="reference", help="ember backend mode")
+    parser.add_argument("--mode", default="reference",
+                        help="ember backend mode: reference, compiled, or both")
     parser.add_argument("-v", "--verbose", action="store_true", help="print failure details")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--report", type=Path, help="write a Markdown coverage report here")
@@ -99,21 +101,43 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("ONNX_HOME", str(ROOT / ".onnx_home"))
-    from expected_failures import expected_failures
-
-    known_failures = expected_failures(args.mode)
-
     kinds = list(KINDS) if args.kind == "all" else args.kind.split(",")
+    modes = ["reference", "compiled"] if args.mode == "both" else args.mode.split(",")
     cases = _load_cases(kinds, args.filter)
-    started = time.time()
-    work = [(kind, case, args.mode) for kind, case in cases]
-    if args.jobs > 1 and len(work) > 20:
-        with multiprocessing.get_context("fork").Pool(args.jobs, maxtasksperchild=200) as pool:
+    results_by_mode = {}
+    status = 0
+    for mode in modes:
+        results = _run_mode(cases, mode, args.jobs)
+        results_by_mode[mode] = results
+        status |= _summarize(results, mode, kinds, args.verbose)
+    if args.json:
+        args.json.write_text(json.dumps(
+            {mode: [dict(kind=k, name=n, status=s, detail=d, ops=o) for k, n, s, d, o in results]
+             for mode, results in results_by_mode.items()}, indent=1))
+    if args.report:
+        from coverage_report import write_report
+
+        write_report(args.report, results_by_mode)
+        print(f"\nwrote {args.report}")
+    return status
+
+
+def _run_mode(cases, mode: str, jobs: int):
+    work = [(kind, case, mode) for kind, case in cases]
+    if jobs > 1 and len(work) > 20:
+        with multiprocessing.get_context("fork").Pool(jobs, maxtasksperchild=200) as pool:
             results = list(pool.imap_unordered(run_case, work, chunksize=4))
     else:
         results = [run_case(w) for w in work]
     results.sort(key=lambda r: (KINDS.index(r[0]) if r[0] in KINDS else 99, r[1]))
+    return results
 
+
+def _summarize(results, mode: str, kinds: list[str], verbose: bool) -> int:
+    """Print pass counts and surprises; 1 if any result differs from the expected list."""
+    from expected_failures import expected_failures
+
+    known_failures = expected_failures(mode)
     per_kind: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     unexpected_fail, unexpected_pass = [], []
     for kind, name, status, detail, _ in results:
@@ -123,17 +147,19 @@ def main(argv: list[str] | None = None) -> int:
             unexpected_pass.append(name)
         elif status != "pass" and not expected:
             unexpected_fail.append((name, detail))
-        if args.verbose and status != "pass":
-            print(f"--- {name} [{status}] {'(expected: ' + known_failures[name] + ')' if expected else ''}")
+        if verbose and status != "pass":
+            note = f"(expected: {known_failures[name]})" if expected else ""
+            print(f"--- {name} [{status}] {note}")
             print("    " + detail.replace("\n", "\n    ")[:2000])
 
-    print(f"\nONNX backend suite, ember mode={args.mode} ({time.time() - started:.0f} s)")
+    print(f"\nONNX backend suite, ember mode={mode}")
     for kind in kinds:
         counts = per_kind[kind]
         total = sum(counts.values())
+        others = {k: v for k, v in counts.items() if k != "pass"}
         print(f"  {kind:18s} {counts['pass']:5d} / {total:5d} passed"
-              f"  ({total - counts['pass']} not: {dict((k, v) for k, v in counts.items() if k != 'pass')})")
-    if args.mode == "compiled":
+              f"  ({total - counts['pass']} not: {others})")
+    if mode == "compiled":
         fallback_cases = [(n, d) for _, n, s, d, _ in results if s == "pass" and d]
         fallback_ops = collections.Counter(op for _, d in fallback_cases
                                            for op in d.removeprefix("fallback: ").split(", "))
@@ -147,14 +173,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{len(unexpected_pass)} unexpected pass(es) (remove from expected_failures.py):")
         for name in unexpected_pass:
             print(f"  {name}")
-    if args.json:
-        args.json.write_text(json.dumps([dict(kind=k, name=n, status=s, detail=d, ops=o)
-                                         for k, n, s, d, o in results], indent=1))
-    if args.report:
-        from coverage_report import write_report
-
-        write_report(args.report, results, args.mode)
-        print(f"\nwrote {args.report}")
     return 1 if (unexpected_fail or unexpected_pass) else 0
 
 
