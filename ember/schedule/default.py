@@ -7,6 +7,9 @@ For every top-level loop nest of a lowered kernel:
 * the innermost loop of the nest is vectorized when its body is a plain store (an elementwise
   or broadcast computation), so that codegen emits SIMD code for it.
 
+Only loops whose iterations store to distinct locations run in parallel or vectorized; a
+reduction into a scalar accumulator (a kernel with a scalar output) stays serial.
+
 It is deliberately simple; the tuner searches real schedules over the same primitives.
 """
 
@@ -14,13 +17,14 @@ from __future__ import annotations
 
 from ember.core.target import Target
 from ember.ir.loop.stmt import For, PrimFunc, Store
-from ember.schedule.primitives import Schedule, loop_nests, perfect_chain
+from ember.schedule.primitives import Schedule, expr_uses, loop_nests, perfect_chain
 
 PARALLEL_MIN_WORK = 1 << 15   # loop iterations (innermost statements) worth a fork/join
 PARALLEL_MIN_OUTER = 8        # iterations of the parallel loop: enough to balance 2+ threads
 
 
 CHUNK = 1024  # elements per parallel task when a flat loop is split for threads
+COLUMN_BLOCK = 256  # output columns per block in accumulation nests (a 1 KiB row of floats)
 
 
 def default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
@@ -28,7 +32,8 @@ def default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
     for nest in loop_nests(func.body):
         chain = perfect_chain(nest)
         innermost = chain[-1]
-        vectorizable = isinstance(innermost.body, Store) and _extent(innermost) >= 4
+        vectorizable = isinstance(innermost.body, Store) and _extent(innermost) >= 4 and \
+            _independent(innermost)
         parallel_worthy = _work(nest) >= PARALLEL_MIN_WORK
         if len(chain) == 1:
             name = innermost.var.name
@@ -47,16 +52,23 @@ def default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
             # Accumulation into the output (lowering chose it because the innermost output
             # loop walks memory contiguously): move the reduction loops outside that loop and
             # vectorize it.
-            order = [l.var.name for l in spatial[:-1] + reduce_loops + spatial[-1:]]
-            schedule.reorder(*order)
-            _parallelize_outer(schedule, spatial[:-1], parallel_worthy)
-            if _extent(spatial[-1]) >= 4:
-                schedule.vectorize(spatial[-1].var.name)
+            inner = spatial[-1]
+            outer_names = [l.var.name for l in spatial[:-1]]
+            inner_name = inner.var.name
+            if _extent(inner) >= 2 * COLUMN_BLOCK and _extent(inner) % COLUMN_BLOCK == 0:
+                # Column blocks outermost: a block of the reused operand (a matrix product's
+                # B) stays in cache while every row accumulates against it.
+                block, inner_name = schedule.split(inner_name, COLUMN_BLOCK)
+                outer_names = [block] + outer_names
+            schedule.reorder(*outer_names, *[l.var.name for l in reduce_loops], inner_name)
+            _parallelize_names(schedule, outer_names, parallel_worthy)
+            if _extent(inner) >= 4:
+                schedule.vectorize(inner_name)
             continue
-        if parallel_worthy:
+        if parallel_worthy and _independent(chain[0]):
             name, extent = chain[0].var.name, _extent(chain[0])
             for following in chain[1:-1]:
-                if extent >= PARALLEL_MIN_OUTER:
+                if extent >= PARALLEL_MIN_OUTER or not _independent(following):
                     break
                 name = schedule.fuse(name, following.var.name)
                 extent *= _extent(following)
@@ -65,6 +77,18 @@ def default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
         if vectorizable:
             schedule.vectorize(innermost.var.name)
     return schedule.func
+
+
+def _independent(loop: For) -> bool:
+    """Whether the iterations of ``loop`` write disjoint memory, as PARALLEL and VECTORIZED
+    promise: every store to memory that outlives an iteration is indexed by the loop variable.
+    A scalar accumulator (a reduction to a single value: ``acc[0] = acc[0] + x[k]``) is not."""
+    from ember.ir.loop.functor import walk
+    from ember.ir.loop.stmt import Allocate
+
+    private = {n.buffer for n in walk(loop.body) if isinstance(n, Allocate)}
+    return all(expr_uses(n.index, loop.var) for n in walk(loop.body)
+               if isinstance(n, Store) and n.buffer not in private)
 
 
 def _is_reduce(loop: For) -> bool:
@@ -83,6 +107,11 @@ def _parallelize_outer(schedule: Schedule, loops: list[For], worthy: bool) -> No
         extent *= _extent(following)
     if extent >= 2:
         schedule.parallel(name)
+
+
+def _parallelize_names(schedule: Schedule, names: list[str], worthy: bool) -> None:
+    """Like :func:`_parallelize_outer`, for loops given by name (after a split)."""
+    _parallelize_outer(schedule, [schedule.get_loop(n) for n in names], worthy)
 
 
 def _extent(loop: For) -> int:
