@@ -459,10 +459,6 @@ def _save_outputs(outputs: Mapping[str, Any], directory: Path) -> list[str]:
     return saved
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _run_artifact(args: argparse.Namespace, console: Console) -> int:
     """``ember run ARTIFACT``: run a compiled artifact directory."""
     from ember.api import load as load_artifact
@@ -504,7 +500,9 @@ def _add_compile(commands: argparse._SubParsersAction) -> None:
 
 
 def _compile(args: argparse.Namespace, console: Console) -> int:
-    from ember.api import compile as compile_model
+    from ember.build import BuildOptions, build_graph
+    from ember.core.target import Target
+    from ember.package import save_artifact
 
     graph = _load(args.model)
     bindings = _bindings(graph, args.dim)
@@ -517,10 +515,12 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
             except KeyError as missing:
                 raise InputError(f"input '{name}' has the symbolic dimension {missing}; give its "
                                  f"size with --dim {missing.args[0]}=SIZE") from None
-    module = compile_model(graph, target=args.target, opt_level=args.opt_level,
-                           input_shapes=shapes)
-    path = module.save(args.output)
-    console.print(module.report())
+    # Build and save without loading the library: the artifact may be for another CPU
+    # (--target x86_64-avx512 on an AVX2 machine), which this machine's runtime would refuse.
+    options = BuildOptions(target=Target.parse(args.target), opt_level=args.opt_level)
+    build = build_graph(graph, shapes, options)
+    path = save_artifact(build, args.output)
+    console.print(build.report())
     console.print(f"wrote {path}")
     return EXIT_OK
 
@@ -534,3 +534,7 @@ def _concrete_required(dim: Dim, bindings: Mapping[str, int], input_name: str) -
     if symbol not in bindings:
         raise KeyError(symbol)
     return bindings[symbol]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,6 +17,7 @@ import numpy as np
 
 from ember import __version__
 from ember.build.pipeline import Build, describe_value
+from ember.core.target import Target
 from ember.runtime.artifact import FORMAT, FORMAT_VERSION, MANIFEST, sha256_of
 
 LIBRARY = "model.so"
@@ -39,6 +40,21 @@ def host_node_entries(build: Build) -> list[dict[str, Any]]:
     return entries
 
 
+def required_cpu_features(target: Target) -> list[str]:
+    """The CPU flags the target's code may use, spelled as in /proc/cpuinfo (as the runtime's
+    ``host_features()`` reports them)."""
+    if target.arch == "x86_64":
+        flags = set(target.features)
+        if "amx" in flags:  # ember's shorthand for the three AMX flags
+            flags = (flags - {"amx"}) | {"amx_tile", "amx_int8", "amx_bf16"}
+        return sorted(flags)
+    if target.arch == "aarch64":
+        from ember.core.target import _ARM_FEATURES  # ember name -> (cpuinfo word, -march ext)
+
+        return sorted(_ARM_FEATURES[f][0] for f in target.features if f in _ARM_FEATURES)
+    return []  # wasm32: the arch check alone decides
+
+
 def manifest_for(build: Build) -> dict[str, Any]:
     g = build.graph
     return {
@@ -46,7 +62,9 @@ def manifest_for(build: Build) -> dict[str, Any]:
         "format_version": FORMAT_VERSION,
         "ember_version": __version__,
         "model": g.name,
-        "target": build.target.to_dict(),
+        # "arch" and "required_features" are what the runtime checks against the host CPU.
+        "target": {**build.target.to_dict(), "arch": build.target.arch,
+                   "required_features": required_cpu_features(build.target)},
         "library": LIBRARY,
         "weights_file": WEIGHTS,
         "inputs": [describe_value(g, n) for n in g.inputs],

@@ -17,7 +17,7 @@ from ember.passes.dce import eliminate_dead_code
 def fold_batchnorm(graph: Graph) -> int:
     """Fold in place; returns how many BatchNormalization nodes were folded."""
     producers = graph.producers()
-    consumers = graph.consumers()
+    readers = _reader_counts(graph)
     folded = 0
     for bn in list(graph.nodes):
         if bn.op != "BatchNormalization" or len([o for o in bn.outputs if o]) != 1:
@@ -25,7 +25,7 @@ def fold_batchnorm(graph: Graph) -> int:
         if bn.attrs.get("training_mode", 0):
             continue
         conv = producers.get(bn.inputs[0])
-        if conv is None or conv.op != "Conv" or len(consumers.get(bn.inputs[0], [])) != 1:
+        if conv is None or conv.op != "Conv" or readers.get(bn.inputs[0], 0) != 1:
             continue
         if bn.inputs[0] in graph.outputs:
             continue
@@ -51,6 +51,16 @@ def fold_batchnorm(graph: Graph) -> int:
     if folded:
         eliminate_dead_code(graph)
     return folded
+
+
+def _reader_counts(graph: Graph) -> dict[str, int]:
+    """How many nodes read each value, counting a node whose subgraphs read it by name (an
+    If/Loop body using the convolution's output keeps the unfolded output alive)."""
+    counts: dict[str, int] = {}
+    for node in graph.nodes:
+        for name in set(n for n in node.inputs if n) | set(node.implicit_inputs()):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def _rewire(graph: Graph, conv: Node, bn: Node, weight: str, bias: str) -> None:

@@ -76,6 +76,8 @@ def check_cpu(manifest: dict[str, Any], root: Path) -> None:
         raise ModelLoadError(f"artifact '{root}' was compiled for {arch}; this machine is "
                              f"{host_arch()}")
     required = set(target.get("required_features", []))
+    if not host_features():
+        return  # this OS does not tell (no /proc/cpuinfo): trust the user, as compilers do
     missing = sorted(required - host_features())
     if missing:
         raise ModelLoadError(
