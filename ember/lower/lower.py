@@ -77,10 +77,14 @@ def lower_compute(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]
         if tensor.stage is None or id(tensor) in seen:
             body_parts.append(_copy(tensor, out))
         seen.add(id(tensor))
-    rename = {id(t): b for t, b in zip(outputs, out_buffers) if t.stage is not None}
+    rename: dict[int, Buffer] = {}  # a computed output is stored in its first output buffer
+    for t, b in zip(outputs, out_buffers):
+        if t.stage is not None:
+            rename.setdefault(id(t), b)
     buffer_map = {t.buffer: rename[id(t)] for t in outputs if id(t) in rename}
     nests = [_lower_stage(stage, buffer_map) for stage in stages]
-    body = seq(*nests, *body_parts)
+    # copies of repeated outputs read the buffer the stage was stored in
+    body = seq(*nests, *(_rebind_all(part, buffer_map) for part in body_parts))
     for stage in reversed(stages):
         if stage.output.buffer not in buffer_map:
             local = Buffer(stage.output.buffer.name, stage.output.dtype, stage.output.shape,

@@ -57,6 +57,7 @@ class Schedule:
     def __init__(self, func: PrimFunc):
         self.func = func
         self.trace = Trace()
+        self._names = set(self.loops())  # every loop name used so far (never reused)
 
     # ------------------------------------------------------------------ queries
     def loops(self) -> list[str]:
@@ -74,6 +75,29 @@ class Schedule:
         self.get_loop(name)
         self.func = self.func.with_body(rewrite(
             self.func.body, lambda n: new if isinstance(n, For) and n.var.name == name else None))
+        self._names.update(self.loops())
+
+    def _check_new_names(self, primitive: str, name: str, *new_names: str) -> None:
+        taken = set(self.loops())
+        for new in new_names:
+            if new in taken:
+                raise ScheduleError(f"{self.func.name}: {primitive} of loop '{name}' would "
+                                    f"create loop '{new}', which already exists")
+
+    def _rename_copied_loops(self, body: Stmt) -> Stmt:
+        """Fresh names for the loops of a copy of a loop body (a peeled tail), so that loop
+        names stay unique and later primitives address exactly one loop."""
+        mapping: dict[Var, Var] = {}
+        for node in walk(body):
+            if isinstance(node, For) and node.var not in mapping:
+                base, number = f"{node.var.name}_p", 1
+                fresh = base
+                while fresh in self._names:
+                    number += 1
+                    fresh = f"{base}{number}"
+                self._names.add(fresh)
+                mapping[node.var] = Var(fresh, node.var.dtype)
+        return substitute(body, mapping) if mapping else body
 
     def _record(self, primitive: str, *args: Any) -> None:
         self.trace.steps.append(Step(primitive, args))
@@ -84,34 +108,39 @@ class Schedule:
 
         ``tail="guard"`` wraps the body in a bounds check when ``factor`` does not divide the
         extent; ``tail="peel"`` instead emits the remainder as a separate loop, keeping the main
-        loops free of conditions (better for vectorization).
+        loops free of conditions (better for vectorization); loops inside the body are copied
+        into that tail loop under fresh names (``j`` becomes ``j_p``).  Either way the returned
+        loops exist afterwards (with ``peel`` and ``factor`` above the extent, the main loops
+        run zero times), so later steps of a trace naming them apply to any extent.
         """
         loop = self.get_loop(name)
         extent = _const_extent(loop, self.func.name)
         if factor <= 0:
-            raise ScheduleError(f"split factor must be positive, got {factor}")
+            raise ScheduleError(f"{self.func.name}: split of loop '{name}': the factor must be "
+                                f"positive, got {factor}")
+        if tail not in ("guard", "peel"):
+            raise ScheduleError(f"{self.func.name}: split of loop '{name}': unknown tail policy "
+                                f"{tail!r} (expected 'guard' or 'peel')")
         outer, inner = Var(f"{name}_o"), Var(f"{name}_i")
         index = outer * factor + inner
         full, remainder = divmod(extent, factor)
+        self._check_new_names("split", name, outer.name, inner.name,
+                              *([f"{name}_t"] if remainder and tail == "peel" else []))
         start = loop.start
         body = substitute(loop.body, {loop.var: simplify(start + index)})
         if remainder and tail == "guard":
             body = IfThenElse(simplify((outer * factor + inner).lt(extent)), body)
             outer_extent = full + 1
-        elif tail in ("guard", "peel"):
-            outer_extent = full
         else:
-            raise ScheduleError(f"unknown tail policy {tail!r}")
+            outer_extent = full
         new: Stmt = For(outer, Const(0, INDEX), Const(outer_extent, INDEX), loop.kind,
                         For(inner, Const(0, INDEX), Const(factor, INDEX), ForKind.SERIAL, body))
         if remainder and tail == "peel":
             rest = Var(f"{name}_t")
             tail_body = substitute(loop.body, {loop.var: simplify(start + full * factor + rest)})
+            tail_body = self._rename_copied_loops(tail_body)
             new = seq(new, For(rest, Const(0, INDEX), Const(remainder, INDEX), ForKind.SERIAL,
                                tail_body))
-        if full == 0 and tail == "peel":
-            new = For(Var(f"{name}_t"), Const(0, INDEX), Const(remainder, INDEX), ForKind.SERIAL,
-                      substitute(loop.body, {loop.var: simplify(start + Var(f"{name}_t"))}))
         self._replace_loop(name, new)
         self._record("split", name, factor, tail)
         return outer.name, inner.name
@@ -120,6 +149,8 @@ class Schedule:
         """Reorder perfectly nested loops: ``names`` lists them in the new outer-to-inner order."""
         outermost = None
         chain: list[For] = []
+        for name in names:
+            self.get_loop(name)  # names an unknown loop in the error
         for candidate in self.loops():
             if candidate in names:
                 outermost = self.get_loop(candidate)
@@ -150,6 +181,7 @@ class Schedule:
         n_outer = _const_extent(outer, self.func.name)
         n_inner = _const_extent(inner, self.func.name)
         fused = Var(f"{outer_name}_{inner_name}_f")
+        self._check_new_names("fuse", outer_name, fused.name)
         body = substitute(inner.body, {
             outer.var: simplify(outer.start + fused // n_inner),
             inner.var: simplify(inner.start + fused % n_inner),
