@@ -368,15 +368,20 @@ def lowered():
     return result
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-@pytest.mark.parametrize("case_name", sorted(CASES))
+# Recipes that find no loop they apply to in a case (rms has no fusable or reorderable
+# perfect nest; total reduces to a scalar, so combined finds no output loop to split).
+NOT_APPLICABLE = {("rms", "fuse"), ("rms", "reorder"), ("total", "combined")}
+
+
+@pytest.mark.parametrize("case_name,recipe", [
+    (case, recipe) for case in sorted(CASES) for recipe in sorted(RECIPES)
+    if (case, recipe) not in NOT_APPLICABLE])
 def test_schedules_preserve_results(lowered, case_name, recipe):
     case, func, unscheduled = lowered[case_name]
     apply, exact = RECIPES[recipe]
     s = Schedule(func)
     apply(s)
-    if not s.trace.steps:
-        pytest.skip(f"{recipe} does not apply to {case_name}")
+    assert s.trace.steps, f"{recipe} no longer applies to {case_name}"
     verify_func(s.func)
     results = run_outputs(s.func, case.arrays)  # checks parallel/vectorized independence
     case.check(results)
