@@ -19,8 +19,6 @@ import multiprocessing
 import os
 import re
 import sys
-import time
-import traceback
 import warnings
 from pathlib import Path
 
@@ -48,18 +46,13 @@ def _load_cases(kinds: list[str], pattern: str | None):
 def run_case(args) -> tuple[str, str, str, str, list[str]]:
     """Returns (kind, name, status, detail, op_types)."""
     kind, case, mode = args
-    import numpy as np
-    import onnx
     from backend_harness import run_suite_case
 
     try:
-        model = case.model if case.model is not None else None
         status, detail = run_suite_case(case, mode)
     except Exception as error:  # the harness itself broke: report, keep going
         status, detail = "error", f"{type(error).__name__}: {error}"
-    op_types = _op_types(case)
-    del np, onnx, model
-    return kind, case.name, status, detail, op_types
+    return kind, case.name, status, detail, _op_types(case)
 
 
 def _op_types(case) -> list[str]:

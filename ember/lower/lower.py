@@ -11,7 +11,6 @@ The loop nests are naive on purpose; schedules (``ember.schedule``) make them fa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ember.core.errors import EmberError

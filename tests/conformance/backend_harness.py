@@ -126,7 +126,6 @@ def compare_outputs(expected: list, actual: list, rtol: float, atol: float) -> N
 
 def run_suite_case(case, mode: str = "reference") -> tuple[str, str]:
     """('pass' | 'fail' | 'error', detail) for one suite case."""
-    from onnx.backend.test.runner import Runner
 
     import ember.onnx_backend as backend
 
