@@ -17,7 +17,7 @@ The helpers of the first section are shared with ``indexing.py`` and ``generator
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from ember.core.dims import Dim, SymDim, dim_product, dims_equal, exact_divide
 from ember.core.dtypes import DType
 from ember.core.errors import ShapeError
 from ember.ir.types import TensorType, ValueType
-from ember.ops.registry import REQUIRED, Attr, InferContext, RefContext, op
+from ember.ops.registry import REQUIRED, Attr, InferContext, InferFn, RefContext, op
 from ember.ops.shape_infer import (
     broadcast_shapes,
     normalize_axis,
@@ -784,16 +784,22 @@ def _depth_to_space_dims(ctx: Ctx, shape: Sequence[Dim], bs: int) -> Shape:
     return (n, depth, None if h is None else h * bs, None if w is None else w * bs)
 
 
-def _infer_depth_to_space(ctx: InferContext) -> list[ValueType | None]:
-    data = tensor_input(ctx, 0)
-    bs = ctx.attrs["blocksize"]
-    _block_layout(ctx, data.shape, bs, ctx.attrs["mode"])
-    if data.shape is None:
-        return [TensorType(data.dtype, unknown_dims(4))]
-    return [TensorType(data.dtype, _depth_to_space_dims(ctx, data.shape, bs))]
+def _block_infer(dims: Callable[[Ctx, Sequence[Dim], int], Shape]) -> InferFn:
+    """infer of DepthToSpace/SpaceToDepth: the output shape is ``dims(ctx, shape, blocksize)``
+    of the (N, C, H, W) input shape."""
+
+    def infer(ctx: InferContext) -> list[ValueType | None]:
+        data = tensor_input(ctx, 0)
+        bs = ctx.attrs["blocksize"]
+        _block_layout(ctx, data.shape, bs, ctx.attrs["mode"])
+        if data.shape is None:
+            return [TensorType(data.dtype, unknown_dims(4))]
+        return [TensorType(data.dtype, dims(ctx, data.shape, bs))]
+
+    return infer
 
 
-@op("DepthToSpace", family="shape", infer=_infer_depth_to_space,
+@op("DepthToSpace", family="shape", infer=_block_infer(_depth_to_space_dims),
     attrs={"blocksize": Attr.int(REQUIRED), "mode": Attr.string("DCR")})
 def depth_to_space(ctx, data, *, blocksize, mode):
     """Channels moved into blocksize x blocksize spatial blocks (DCR or CRD order)."""
@@ -819,16 +825,7 @@ def _space_to_depth_dims(ctx: Ctx, shape: Sequence[Dim], bs: int) -> Shape:
     return (n, None if c is None else c * bs * bs, spatial[0], spatial[1])
 
 
-def _infer_space_to_depth(ctx: InferContext) -> list[ValueType | None]:
-    data = tensor_input(ctx, 0)
-    bs = ctx.attrs["blocksize"]
-    _block_layout(ctx, data.shape, bs, ctx.attrs["mode"])
-    if data.shape is None:
-        return [TensorType(data.dtype, unknown_dims(4))]
-    return [TensorType(data.dtype, _space_to_depth_dims(ctx, data.shape, bs))]
-
-
-@op("SpaceToDepth", family="shape", infer=_infer_space_to_depth,
+@op("SpaceToDepth", family="shape", infer=_block_infer(_space_to_depth_dims),
     attrs={"blocksize": Attr.int(REQUIRED), "mode": Attr.string("DCR")})
 def space_to_depth(ctx, data, *, blocksize, mode):
     """blocksize x blocksize spatial blocks moved into channels (DCR or CRD order)."""

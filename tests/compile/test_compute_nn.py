@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from compute_cases import Case, build_graph
 from onnx import TensorProto, helper, numpy_helper
-from test_compute_reduce import (BF16, FLOAT_DTYPES, Case, build_graph, check_cases,
-                                 compile_cases, floats, integers)
+from test_compute_reduce import (BF16, FLOAT_DTYPES, check_cases, compile_cases, floats,
+                                 integers)
 
 import ember
 from ember.frontend.onnx import import_onnx

@@ -11,19 +11,17 @@ The helpers at the top are shared with test_compute_nn.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import ml_dtypes
 import numpy as np
 import pytest
+from compute_cases import Case, assert_cases_close, build_graph
 
 import ember
 from ember.core.dtypes import DType
 from ember.interp import ReferenceExecutor
-from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
-from ember.passes.infer_shapes import infer_shapes
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(20240612)
@@ -40,58 +38,6 @@ TOLERANCE = {
 # ----------------------------------------------------------------------------- shared helpers
 
 
-@dataclass
-class Case:
-    """One node: op, input arrays (None for an absent optional input), attributes, which
-    inputs are graph constants, and how many outputs it has."""
-
-    op: str
-    inputs: Sequence[np.ndarray | None]
-    attrs: dict[str, Any] = field(default_factory=dict)
-    constants: frozenset[int] | set[int] = frozenset()
-    outputs: int = 1
-
-
-def build_graph(cases: Sequence[Case]) -> tuple[Graph, dict[str, np.ndarray]]:
-    """A graph of independent single-node cases, each with its own inputs; and its feeds."""
-    graph = Graph(name="cases")
-    feeds: dict[str, np.ndarray] = {}
-    for k, case in enumerate(cases):
-        names = []
-        for i, array in enumerate(case.inputs):
-            if array is None:
-                names.append("")
-                continue
-            name = f"c{k}_in{i}"
-            array = np.asarray(array)
-            graph.types[name] = TensorType(DType.from_numpy(array.dtype), tuple(array.shape))
-            if i in case.constants:
-                graph.constants[name] = array
-            else:
-                graph.inputs.append(name)
-                feeds[name] = array
-            names.append(name)
-        outputs = [f"c{k}_out{j}" for j in range(case.outputs)]
-        graph.nodes.append(Node(case.op, names, outputs, dict(case.attrs),
-                                name=f"c{k}_{case.op}"))
-        graph.outputs.extend(outputs)
-    infer_shapes(graph)
-    return graph, feeds
-
-
-def assert_close(got: np.ndarray, want: np.ndarray, what: str,
-                 tolerance: tuple[float, float] | None = None) -> None:
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
-    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
-    if want.dtype in TOLERANCE:
-        rtol, atol = tolerance or TOLERANCE[want.dtype]
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
-                                   atol=atol, equal_nan=True, err_msg=what)
-    else:
-        np.testing.assert_array_equal(got, want, err_msg=what)
-
-
 def compile_cases(cases: Sequence[Case]):
     """The compiled module of the cases' graph, its feeds and the reference outputs."""
     graph, feeds = build_graph(cases)
@@ -105,12 +51,7 @@ def check_cases(cases: Sequence[Case], tolerance: tuple[float, float] | None = N
     must match the reference executor."""
     module, feeds, expected = compile_cases(cases)
     assert module.build.host_nodes == [], module.build.report()
-    got = module.run(feeds)
-    for k, case in enumerate(cases):
-        for j in range(case.outputs):
-            name = f"c{k}_out{j}"
-            assert_close(got[name], expected[name],
-                         f"case {k}: {case.op} {case.attrs} output {j}", tolerance)
+    assert_cases_close(cases, module.run(feeds), expected, TOLERANCE, tolerance)
 
 
 def floats(shape: Sequence[int], dtype: Any = np.float32, scale: float = 1.0) -> np.ndarray:

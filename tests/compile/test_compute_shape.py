@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_compute_elementwise import RNG, Case, check_cases, floats, integers
+from compute_cases import Case
+from test_compute_elementwise import RNG, check_cases, floats, integers
 from test_compute_elementwise import fixed_seed  # noqa: F401  (autouse: seeds these tests too)
 
 

@@ -8,35 +8,22 @@ import ml_dtypes
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from op_helpers import positional_graph, run_positional
 
 from ember.core.dims import sym
 from ember.core.dtypes import DType
 from ember.core.errors import ShapeError
 from ember.frontend.onnx import import_onnx
 from ember.interp import ReferenceExecutor
-from ember.ir.graph import Graph, Node
+from ember.ir.graph import Node
 from ember.ir.types import SequenceType, TensorType, tensor
 from ember.ops import RefContext, get_op
-from ember.passes.infer_shapes import infer_shapes
 
 F32 = DType.FLOAT32
 
 
-def _graph(op: str, *inputs: TensorType | SequenceType, **attrs) -> Graph:
-    names = [f"in{i}" for i in range(len(inputs))]
-    graph = Graph(inputs=names, outputs=["out"], types=dict(zip(names, inputs)),
-                  nodes=[Node(op, names, ["out"], attrs, name="n")])
-    return infer_shapes(graph)
-
-
-def _run(op: str, *values: np.ndarray, **attrs) -> np.ndarray:
-    types = [TensorType(DType.from_numpy(v.dtype), v.shape) for v in values]
-    graph = _graph(op, *types, **attrs)
-    return ReferenceExecutor(graph).run({f"in{i}": v for i, v in enumerate(values)})["out"]
-
-
 def _cast(values, to: DType, dtype=np.float32, **attrs) -> np.ndarray:
-    result = _run("Cast", np.array(values, dtype=dtype), to=to.onnx, **attrs)
+    result = run_positional("Cast", np.array(values, dtype=dtype), to=to.onnx, **attrs)
     assert result.dtype == to.numpy
     return result
 
@@ -57,7 +44,7 @@ def _bits(array: np.ndarray) -> list[int]:
     ("Identity", [SequenceType(tensor(F32, "N"))], {}, "seq<f32[N]>"),
 ])
 def test_type_inference(op, inputs, attrs, expected):
-    assert str(_graph(op, *inputs, **attrs).types["out"]) == expected
+    assert str(positional_graph(op, *inputs, **attrs).types["out"]) == expected
 
 
 @pytest.mark.parametrize("op, inputs, attrs, message", [
@@ -68,7 +55,7 @@ def test_type_inference(op, inputs, attrs, expected):
 ])
 def test_invalid_casts_name_the_node(op, inputs, attrs, message):
     with pytest.raises(ShapeError, match=f"node 'n' \\({op}\\).*{message}"):
-        _graph(op, *inputs, **attrs)
+        positional_graph(op, *inputs, **attrs)
 
 
 def test_unparsable_string_names_the_node():
@@ -96,7 +83,8 @@ def test_float_to_integer_truncates_then_wraps():
 ])
 def test_sub_byte_integers_wrap(source, to, expected):
     values = np.array([7, 8, -1, 16]).astype(np.int64).astype(source)
-    np.testing.assert_array_equal(_run("Cast", values, to=to.onnx).astype(np.int64), expected)
+    np.testing.assert_array_equal(run_positional("Cast", values, to=to.onnx).astype(np.int64),
+                                  expected)
 
 
 def test_bool_conversions():
@@ -163,7 +151,7 @@ def test_strings_to_numbers():
 
 
 def test_cast_like_takes_the_type_of_its_second_input():
-    result = _run("CastLike", np.array([1.7, -1.7], np.float32), np.zeros(5, np.int16))
+    result = run_positional("CastLike", np.array([1.7, -1.7], np.float32), np.zeros(5, np.int16))
     assert result.dtype == np.int16
     np.testing.assert_array_equal(result, [1, -1])
 
@@ -173,21 +161,22 @@ def test_cast_like_takes_the_type_of_its_second_input():
 
 def test_bit_cast_keeps_bits():
     x = np.array([1.0, -2.0], dtype=np.float32)
-    np.testing.assert_array_equal(_run("BitCast", x, to=TensorProto.INT32), x.view(np.int32))
-    scalar = _run("BitCast", np.array(1.0, np.float16), to=TensorProto.UINT16)
+    np.testing.assert_array_equal(run_positional("BitCast", x, to=TensorProto.INT32),
+                                  x.view(np.int32))
+    scalar = run_positional("BitCast", np.array(1.0, np.float16), to=TensorProto.UINT16)
     assert scalar.shape == () and scalar == 0x3C00
 
 
 def test_bit_cast_of_sub_byte_types():
     x = np.array([-1, -8, 7], dtype=ml_dtypes.int4)
-    as_uint4 = _run("BitCast", x, to=TensorProto.UINT4)
+    as_uint4 = run_positional("BitCast", x, to=TensorProto.UINT4)
     np.testing.assert_array_equal(as_uint4.astype(np.int64), [15, 8, 7])
-    as_float4 = _run("BitCast", x, to=TensorProto.FLOAT4E2M1)
+    as_float4 = run_positional("BitCast", x, to=TensorProto.FLOAT4E2M1)
     np.testing.assert_array_equal(as_float4.astype(np.float32), [-6.0, -0.0, 6.0])
 
 
 def test_bit_cast_to_bool_keeps_truth():
-    result = _run("BitCast", np.array([0, 1, 7], np.uint8), to=TensorProto.BOOL)
+    result = run_positional("BitCast", np.array([0, 1, 7], np.uint8), to=TensorProto.BOOL)
     np.testing.assert_array_equal(result, [False, True, True])
 
 

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from op_helpers import positional_graph, run_positional
 
 from ember.core.dims import sym
 from ember.core.dtypes import DType
@@ -22,23 +23,8 @@ from ember.passes.infer_shapes import infer_shapes
 F32, F16, I32, I64, BOOL = DType.FLOAT32, DType.FLOAT16, DType.INT32, DType.INT64, DType.BOOL
 
 
-def _graph(op: str, *inputs: TensorType | None, **attrs) -> Graph:
-    """A one-node graph ``op(in0, in1, ...)`` with shapes inferred (None: unknown type)."""
-    names = [f"in{i}" for i in range(len(inputs))]
-    graph = Graph(inputs=names, outputs=["out"],
-                  types={n: t for n, t in zip(names, inputs) if t is not None},
-                  nodes=[Node(op, names, ["out"], attrs, name="n")])
-    return infer_shapes(graph)
-
-
 def _type(op: str, *inputs: TensorType | None, **attrs) -> str:
-    return str(_graph(op, *inputs, **attrs).types.get("out"))
-
-
-def _run(op: str, *values: np.ndarray, **attrs) -> np.ndarray:
-    types = [TensorType(DType.from_numpy(v.dtype), v.shape) for v in values]
-    graph = _graph(op, *types, **attrs)
-    return ReferenceExecutor(graph).run({f"in{i}": v for i, v in enumerate(values)})["out"]
+    return str(positional_graph(op, *inputs, **attrs).types.get("out"))
 
 
 def _reference(op: str, *args, **attrs):
@@ -103,7 +89,7 @@ def test_symbolic_shape_inference(op, inputs, attrs, expected):
 ])
 def test_invalid_inputs_name_the_node(op, inputs, attrs, message):
     with pytest.raises(ShapeError, match=f"node 'n' \\({op}\\).*{message}"):
-        _graph(op, *inputs, **attrs)
+        positional_graph(op, *inputs, **attrs)
 
 
 X = np.array([-1.5, 0.5, 2.0], dtype=np.float32)
@@ -117,7 +103,7 @@ X = np.array([-1.5, 0.5, 2.0], dtype=np.float32)
 ])
 def test_invalid_attributes_name_the_node(op, values, attrs, message):
     with pytest.raises(ShapeError, match=f"node 'n' \\({op}\\).*{message}"):
-        _run(op, *values, **attrs)
+        run_positional(op, *values, **attrs)
 
 
 # ----------------------------------------------------------------------------- values
@@ -126,14 +112,14 @@ def test_invalid_attributes_name_the_node(op, values, attrs, message):
 def test_integer_pow_truncates_like_c():
     base = np.array([2, 1, -1, -1, 3, 2], dtype=np.int64)
     exponent = np.array([-1, -3, -3, -2, 2, 62], dtype=np.int64)
-    np.testing.assert_array_equal(_run("Pow", base, exponent), [0, 1, -1, 1, 9, 2 ** 62])
-    fractional = _run("Pow", np.array([2, 3], np.int32), np.array([0.5, 1.5], np.float32))
+    np.testing.assert_array_equal(run_positional("Pow", base, exponent), [0, 1, -1, 1, 9, 2 ** 62])
+    fractional = run_positional("Pow", np.array([2, 3], np.int32), np.array([0.5, 1.5], np.float32))
     assert fractional.dtype == np.int32
     np.testing.assert_array_equal(fractional, [1, 5])
 
 
 def test_float16_pow_keeps_its_type():
-    result = _run("Pow", np.array([2, 3], np.float16), np.array([10, 2], np.int64))
+    result = run_positional("Pow", np.array([2, 3], np.float16), np.array([10, 2], np.int64))
     assert result.dtype == np.float16
     np.testing.assert_array_equal(result, [1024, 9])
 
@@ -142,7 +128,7 @@ def test_float16_pow_keeps_its_type():
 def test_integer_mod_sign_follows_divisor_or_dividend(fmod, expected):
     a = np.array([-7, 7, -7, 7], dtype=np.int8)
     b = np.array([3, -3, -3, 3], dtype=np.int8)
-    np.testing.assert_array_equal(_run("Mod", a, b, fmod=fmod), expected)
+    np.testing.assert_array_equal(run_positional("Mod", a, b, fmod=fmod), expected)
 
 
 @pytest.mark.parametrize("direction, x, y, expected", [
@@ -150,14 +136,15 @@ def test_integer_mod_sign_follows_divisor_or_dividend(fmod, expected):
     ("LEFT", [64, 1, 1, -1], [1, 7, 8, -2], [-128, -128, 0, 0]),
 ])
 def test_signed_bit_shifts(direction, x, y, expected):
-    result = _run("BitShift", np.array(x, np.int8), np.array(y, np.int8), direction=direction)
+    result = run_positional("BitShift", np.array(x, np.int8), np.array(y, np.int8),
+                            direction=direction)
     assert result.dtype == np.int8
     np.testing.assert_array_equal(result, expected)
 
 
 def test_clip_bounds_are_optional_and_min_over_max_gives_max():
     x = np.array([-5, 0, 5], dtype=np.int16)
-    np.testing.assert_array_equal(_run("Clip", x), x)
+    np.testing.assert_array_equal(run_positional("Clip", x), x)
     low = np.array(-1, np.int16)
     graph = infer_shapes(Graph(  # min absent, max given
         inputs=["x", "high"], outputs=["out"],
@@ -166,19 +153,20 @@ def test_clip_bounds_are_optional_and_min_over_max_gives_max():
     assert str(graph.types["out"]) == "i16[3]"
     result = ReferenceExecutor(graph).run({"x": x, "high": low})["out"]
     np.testing.assert_array_equal(result, [-5, -1, -1])
-    np.testing.assert_array_equal(_run("Clip", x, np.array(3, np.int16), low), [-1, -1, -1])
+    np.testing.assert_array_equal(run_positional("Clip", x, np.array(3, np.int16), low),
+                                  [-1, -1, -1])
 
 
 def test_max_and_min_propagate_nan():
     a = np.array([1.0, np.nan], np.float32)
     b = np.array([np.nan, 2.0], np.float32)
-    assert np.isnan(_run("Max", a, b)).all()
-    assert np.isnan(_run("Min", a, b)).all()
+    assert np.isnan(run_positional("Max", a, b)).all()
+    assert np.isnan(run_positional("Min", a, b)).all()
 
 
 def test_erf_is_exact_in_float64():
     x = np.array([-3.0, -0.1, 1e-10, 0.5, 2.0, 7.0], dtype=np.float64)
-    np.testing.assert_array_equal(_run("Erf", x), [math.erf(v) for v in x])
+    np.testing.assert_array_equal(run_positional("Erf", x), [math.erf(v) for v in x])
 
 
 @pytest.mark.parametrize("op, attrs, fn", [
@@ -193,7 +181,7 @@ def test_half_precision_activations_round_once(op, attrs, fn):
     """float16 in, float16 out, correctly rounded from a wide computation (no float16
     intermediates, which underflow for Gelu(-4))."""
     x = np.array([-6.0, -4.0, -1.0, -0.001, 0.0, 0.5, 3.0, 10.0], dtype=np.float16)
-    result = _run(op, x, **attrs)
+    result = run_positional(op, x, **attrs)
     assert result.dtype == np.float16
     np.testing.assert_allclose(result.astype(np.float64), fn(x.astype(np.float64)),
                                rtol=2 ** -10, atol=2 ** -24)
@@ -201,23 +189,24 @@ def test_half_precision_activations_round_once(op, attrs, fn):
 
 def test_activations_do_not_overflow():
     x = np.array([-1000.0, 1000.0], dtype=np.float32)
-    np.testing.assert_array_equal(_run("Sigmoid", x), [0.0, 1.0])
-    np.testing.assert_array_equal(_run("Softplus", x), [0.0, 1000.0])
-    np.testing.assert_array_equal(_run("Swish", x), [-0.0, 1000.0])
+    np.testing.assert_array_equal(run_positional("Sigmoid", x), [0.0, 1.0])
+    np.testing.assert_array_equal(run_positional("Softplus", x), [0.0, 1000.0])
+    np.testing.assert_array_equal(run_positional("Swish", x), [-0.0, 1000.0])
 
 
 def test_integer_relu_prelu_and_shrink():
     x = np.array([-5, -1, 0, 3], dtype=np.int32)
-    np.testing.assert_array_equal(_run("Relu", x), [0, 0, 0, 3])
-    np.testing.assert_array_equal(_run("PRelu", x, np.array([2], np.int32)), [-10, -2, 0, 3])
-    np.testing.assert_array_equal(_run("Shrink", x, lambd=1.5, bias=1.5), [-3, 0, 0, 1])
+    np.testing.assert_array_equal(run_positional("Relu", x), [0, 0, 0, 3])
+    np.testing.assert_array_equal(run_positional("PRelu", x, np.array([2], np.int32)),
+                                  [-10, -2, 0, 3])
+    np.testing.assert_array_equal(run_positional("Shrink", x, lambd=1.5, bias=1.5), [-3, 0, 0, 1])
 
 
 def test_string_equal_and_where():
     a = np.array(["cat", "dog"], dtype=object)
-    np.testing.assert_array_equal(_run("Equal", a, np.array(["dog"], dtype=object)),
+    np.testing.assert_array_equal(run_positional("Equal", a, np.array(["dog"], dtype=object)),
                                   [False, True])
-    chosen = _run("Where", np.array([True, False]), a, np.array(["-"], dtype=object))
+    chosen = run_positional("Where", np.array([True, False]), a, np.array(["-"], dtype=object))
     assert chosen.tolist() == ["cat", "-"]
 
 

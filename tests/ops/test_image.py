@@ -6,47 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import helper, numpy_helper
+from op_helpers import node_graph, node_types, run_named
 
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError, ShapeError
 from ember.frontend.onnx import import_onnx
 from ember.interp import ReferenceExecutor
 from ember.ir.graph import Graph, Node
-from ember.ir.types import TensorType, tensor
+from ember.ir.types import tensor
 from ember.passes.infer_shapes import infer_shapes
 
 F32, I64 = DType.FLOAT32, DType.INT64
 RNG = np.random.default_rng(0)
-
-
-def _graph(op: str, inputs: dict[str, TensorType | np.ndarray | None], outputs: int = 1,
-           **attrs) -> Graph:
-    """A one-node graph; inputs given as arrays become constants, None an absent input."""
-    names = [name if value is not None else "" for name, value in inputs.items()]
-    graph = Graph(outputs=[f"out{i}" for i in range(outputs)])
-    for name, value in inputs.items():
-        if isinstance(value, np.ndarray):
-            graph.constants[name] = value
-            graph.types[name] = TensorType(DType.from_numpy(value.dtype), value.shape)
-        elif value is not None:
-            graph.inputs.append(name)
-            graph.types[name] = value
-    graph.nodes.append(Node(op, names, list(graph.outputs), attrs, name="n"))
-    return infer_shapes(graph)
-
-
-def _types(op: str, inputs: dict, outputs: int = 1, **attrs) -> list[str]:
-    graph = _graph(op, inputs, outputs, **attrs)
-    return [str(graph.types.get(name)) for name in graph.outputs]
-
-
-def _run(op: str, inputs: dict[str, np.ndarray | None], outputs: int = 1, **attrs):
-    """Run ``op`` with every array given as a run-time input."""
-    types = {k: None if v is None else TensorType(DType.from_numpy(v.dtype), v.shape)
-             for k, v in inputs.items()}
-    graph = _graph(op, types, outputs, **attrs)
-    result = ReferenceExecutor(graph).run({k: v for k, v in inputs.items() if v is not None})
-    return [result[name] for name in graph.outputs] if outputs > 1 else result["out0"]
 
 
 def _import_and_run(node, inputs: dict[str, np.ndarray], opset: int,
@@ -68,45 +39,45 @@ def _import_and_run(node, inputs: dict[str, np.ndarray], opset: int,
 def test_resize_by_constant_scales_keeps_symbols():
     x = tensor(F32, "N", 3, "H", "W")
     scales = np.array([1, 1, 2, 3], dtype=np.float32)
-    assert _types("Resize", {"x": x, "roi": None, "scales": scales}) == \
+    assert node_types("Resize", {"x": x, "roi": None, "scales": scales}) == \
         ["f32[N, 3, 2*H, 3*W]"]
     # A fractional scale of a symbolic dim is not expressible: unknown, not a guess.
     half = np.array([1, 1, 0.5, 0.5], dtype=np.float32)
-    assert _types("Resize", {"x": tensor(F32, "N", 3, "H", 7), "roi": None, "scales": half}) \
+    assert node_types("Resize", {"x": tensor(F32, "N", 3, "H", 7), "roi": None, "scales": half}) \
         == ["f32[N, 3, ?, 3]"]
 
 
 def test_resize_by_sizes_with_axes_and_aspect_policy():
     x = tensor(F32, "N", 3, 20, 40)
     sizes = np.array([10, 10], dtype=np.int64)
-    assert _types("Resize", {"x": x, "roi": None, "scales": None, "sizes": sizes},
-                  axes=[2, 3]) == ["f32[N, 3, 10, 10]"]
-    assert _types("Resize", {"x": x, "roi": None, "scales": None, "sizes": sizes},
-                  axes=[-2, -1], keep_aspect_ratio_policy="not_larger") == ["f32[N, 3, 5, 10]"]
-    assert _types("Resize", {"x": x, "roi": None, "scales": None, "sizes": sizes},
-                  axes=[2, 3], keep_aspect_ratio_policy="not_smaller") == ["f32[N, 3, 10, 20]"]
+    assert node_types("Resize", {"x": x, "roi": None, "scales": None, "sizes": sizes},
+                      axes=[2, 3]) == ["f32[N, 3, 10, 10]"]
+    assert node_types("Resize", {"x": x, "roi": None, "scales": None, "sizes": sizes},
+                      axes=[-2, -1], keep_aspect_ratio_policy="not_larger") == ["f32[N, 3, 5, 10]"]
+    assert node_types("Resize", {"x": x, "roi": None, "scales": None, "sizes": sizes},
+                      axes=[2, 3], keep_aspect_ratio_policy="not_smaller") == ["f32[N, 3, 10, 20]"]
 
 
 def test_resize_with_run_time_scales_knows_only_the_untouched_axes():
     x = tensor(F32, "N", 3, "H", "W")
     runtime_scales = tensor(F32, 2)
-    assert _types("Resize", {"x": x, "roi": None, "scales": runtime_scales}, axes=[2, 3]) == \
+    assert node_types("Resize", {"x": x, "roi": None, "scales": runtime_scales}, axes=[2, 3]) == \
         ["f32[N, 3, ?, ?]"]
-    assert _types("Resize", {"x": tensor(F32, "N", 3), "roi": None, "scales": tensor(F32, 2)}) \
+    assert node_types("Resize", {"x": tensor(F32, "N", 3), "roi": None, "scales": tensor(F32, 2)}) \
         == ["f32[?, ?]"]
 
 
 def test_grid_sample_and_affine_grid_shapes():
     x4, x5 = tensor(F32, "N", "C", "H", "W"), tensor(F32, "N", "C", 4, "H", "W")
-    assert _types("GridSample", {"x": x4, "grid": tensor(F32, "N", 5, 6, 2)}) == \
+    assert node_types("GridSample", {"x": x4, "grid": tensor(F32, "N", 5, 6, 2)}) == \
         ["f32[N, C, 5, 6]"]
-    assert _types("GridSample", {"x": x5, "grid": tensor(F32, "N", 2, 5, 6, 3)},
-                  mode="nearest") == ["f32[N, C, 2, 5, 6]"]
+    assert node_types("GridSample", {"x": x5, "grid": tensor(F32, "N", 2, 5, 6, 3)},
+                      mode="nearest") == ["f32[N, C, 2, 5, 6]"]
     theta = tensor(F32, "N", 2, 3)
-    assert _types("AffineGrid", {"theta": theta, "size": tensor(I64, 4)}) == \
+    assert node_types("AffineGrid", {"theta": theta, "size": tensor(I64, 4)}) == \
         ["f32[N, ?, ?, 2]"]
-    assert _types("AffineGrid", {"theta": tensor(F32, 2, 3, 4),
-                                 "size": np.array([2, 1, 4, 5, 6], dtype=np.int64)}) == \
+    assert node_types("AffineGrid", {"theta": tensor(F32, 2, 3, 4),
+                                     "size": np.array([2, 1, 4, 5, 6], dtype=np.int64)}) == \
         ["f32[2, 4, 5, 6, 3]"]
 
 
@@ -121,9 +92,9 @@ def test_affine_grid_size_from_a_symbolic_shape():
 def test_roi_align_and_nms_shapes():
     inputs = {"x": tensor(F32, "N", "C", "H", "W"), "rois": tensor(F32, "R", 4),
               "idx": tensor(I64, "R")}
-    assert _types("RoiAlign", inputs, output_height=7, output_width=5) == ["f32[R, C, 7, 5]"]
-    assert _types("NonMaxSuppression", {"boxes": tensor(F32, "N", "B", 4),
-                                        "scores": tensor(F32, "N", 3, "B")}) == ["i64[?, 3]"]
+    assert node_types("RoiAlign", inputs, output_height=7, output_width=5) == ["f32[R, C, 7, 5]"]
+    assert node_types("NonMaxSuppression", {"boxes": tensor(F32, "N", "B", 4),
+                                            "scores": tensor(F32, "N", 3, "B")}) == ["i64[?, 3]"]
 
 
 @pytest.mark.parametrize("op, inputs, attrs, message", [
@@ -145,7 +116,7 @@ def test_roi_align_and_nms_shapes():
 ])
 def test_inconsistent_inputs_are_shape_errors(op, inputs, attrs, message):
     with pytest.raises(ShapeError, match=message):
-        _graph(op, inputs, **attrs)
+        node_graph(op, inputs, **attrs)
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -153,22 +124,22 @@ def test_inconsistent_inputs_are_shape_errors(op, inputs, attrs, message):
 
 def test_resize_nearest_integer_upsample_repeats_pixels():
     x = RNG.standard_normal((1, 2, 3, 4)).astype(np.float32)
-    y = _run("Resize", {"x": x, "roi": None, "scales": np.array([1, 1, 2, 3], np.float32)})
+    y = run_named("Resize", {"x": x, "roi": None, "scales": np.array([1, 1, 2, 3], np.float32)})
     np.testing.assert_array_equal(y, x.repeat(2, axis=2).repeat(3, axis=3))
 
 
 def test_resize_linear_half_pixel_downsample_by_two_averages_pairs():
     x = RNG.standard_normal((2, 8)).astype(np.float64)
-    y = _run("Resize", {"x": x, "roi": None, "scales": np.array([1, 0.5], np.float32)},
-             mode="linear")
+    y = run_named("Resize", {"x": x, "roi": None, "scales": np.array([1, 0.5], np.float32)},
+                  mode="linear")
     np.testing.assert_allclose(y, (x[:, 0::2] + x[:, 1::2]) / 2)
 
 
 def test_resize_linear_antialias_downsample_is_a_box_filter_average():
     # Downsampling by 4 with antialias stretches the triangle kernel to 4 pixels each side.
     x = np.arange(16, dtype=np.float64).reshape(1, 16)
-    y = _run("Resize", {"x": x, "roi": None, "scales": None,
-                        "sizes": np.array([1, 4], np.int64)}, mode="linear", antialias=1)
+    y = run_named("Resize", {"x": x, "roi": None, "scales": None,
+                             "sizes": np.array([1, 4], np.int64)}, mode="linear", antialias=1)
     # Inner outputs see a symmetric window, so they equal the window centre.
     np.testing.assert_allclose(y[0, 1:3], [5.5, 9.5])
 
@@ -176,21 +147,22 @@ def test_resize_linear_antialias_downsample_is_a_box_filter_average():
 def test_resize_integer_data_is_rounded_and_saturated():
     # Cubic interpolation of a step overshoots: -23.9 and 278.9 saturate, 127.5 rounds to even.
     x = np.array([[0, 0, 255, 255]], dtype=np.uint8)
-    y = _run("Resize", {"x": x, "roi": None, "scales": None, "sizes": np.array([1, 7], np.int64)},
-             mode="cubic", coordinate_transformation_mode="align_corners")
+    y = run_named("Resize",
+                  {"x": x, "roi": None, "scales": None, "sizes": np.array([1, 7], np.int64)},
+                  mode="cubic", coordinate_transformation_mode="align_corners")
     assert y.dtype == np.uint8
     assert y.tolist() == [[0, 0, 0, 128, 255, 255, 255]]
 
 
 def test_resize_nearest_works_for_strings_and_crop_extrapolates():
     x = np.array([["a", "b"]], dtype=object)
-    y = _run("Resize", {"x": x, "roi": None, "scales": np.array([1, 2], np.float32)})
+    y = run_named("Resize", {"x": x, "roi": None, "scales": np.array([1, 2], np.float32)})
     assert y.tolist() == [["a", "a", "b", "b"]]
-    crop = _run("Resize", {"x": np.ones((1, 4), np.float32),
-                           "roi": np.array([0, -1, 1, 1], np.float32), "scales": None,
-                           "sizes": np.array([1, 3], np.int64)},
-                mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
-                extrapolation_value=7.0)
+    crop = run_named("Resize", {"x": np.ones((1, 4), np.float32),
+                                "roi": np.array([0, -1, 1, 1], np.float32), "scales": None,
+                                "sizes": np.array([1, 3], np.int64)},
+                     mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+                     extrapolation_value=7.0)
     assert crop.tolist() == [[7.0, 1.0, 1.0]]
 
 
@@ -202,23 +174,23 @@ def test_grid_sample_of_the_identity_affine_grid_returns_the_input(mode, spatial
     theta = np.tile(np.eye(r, r + 1, dtype=np.float32), (2, 1, 1))
     size = np.array((2, 3) + spatial, dtype=np.int64)
     for align in (0, 1):
-        grid = _run("AffineGrid", {"theta": theta, "size": size}, align_corners=align)
+        grid = run_named("AffineGrid", {"theta": theta, "size": size}, align_corners=align)
         assert grid.shape == (2,) + spatial + (r,)
-        y = _run("GridSample", {"x": x, "grid": grid}, mode=mode, align_corners=align)
+        y = run_named("GridSample", {"x": x, "grid": grid}, mode=mode, align_corners=align)
         np.testing.assert_allclose(y, x, atol=1e-5)
 
 
 def test_grid_sample_padding_modes_outside_the_image():
     x = np.array([[[[1.0, 2.0, 3.0, 4.0]]]], dtype=np.float32)  # (1, 1, 1, 4)
     grid = np.array([[[[-2.0, 0.0], [2.0, 0.0]]]], dtype=np.float32)  # far left, far right
-    zeros = _run("GridSample", {"x": x, "grid": grid}, mode="nearest")
-    border = _run("GridSample", {"x": x, "grid": grid}, mode="nearest", padding_mode="border")
+    zeros = run_named("GridSample", {"x": x, "grid": grid}, mode="nearest")
+    border = run_named("GridSample", {"x": x, "grid": grid}, mode="nearest", padding_mode="border")
     assert zeros.ravel().tolist() == [0.0, 0.0]
     assert border.ravel().tolist() == [1.0, 4.0]
     # align_corners=1: -2 maps to pixel -1.5, rounds half to even to -2 and reflects about 0
     # to 2; 2 maps to 4.5, rounds to 4 and reflects about 3 to 2.
-    mirrored = _run("GridSample", {"x": x, "grid": grid}, mode="nearest",
-                    padding_mode="reflection", align_corners=1)
+    mirrored = run_named("GridSample", {"x": x, "grid": grid}, mode="nearest",
+                         padding_mode="reflection", align_corners=1)
     assert mirrored.ravel().tolist() == [3.0, 3.0]
 
 
@@ -226,15 +198,15 @@ def test_roi_align_of_a_linear_ramp_samples_bin_centres():
     # On f(y, x) = x the bilinear samples are exact, so each bin averages its centre column.
     x = np.tile(np.arange(8, dtype=np.float32), (1, 1, 8, 1))
     rois = np.array([[0, 0, 4, 4]], dtype=np.float32)
-    y = _run("RoiAlign", {"x": x, "rois": rois, "idx": np.array([0], np.int64)},
-             output_height=2, output_width=2, sampling_ratio=2)
+    y = run_named("RoiAlign", {"x": x, "rois": rois, "idx": np.array([0], np.int64)},
+                  output_height=2, output_width=2, sampling_ratio=2)
     np.testing.assert_allclose(y[0, 0], [[0.5, 2.5], [0.5, 2.5]])
 
 
 def test_nms_keeps_the_best_of_overlapping_boxes_per_class():
     boxes = np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, 2, 1, 3]]], dtype=np.float32)
     scores = np.array([[[0.9, 0.95, 0.5], [0.1, 0.2, 0.3]]], dtype=np.float32)
-    selected = _run("NonMaxSuppression", {
+    selected = run_named("NonMaxSuppression", {
         "boxes": boxes, "scores": scores, "limit": np.array([2], np.int64),
         "iou": np.array([0.5], np.float32), "min_score": np.array([0.15], np.float32)})
     assert selected.tolist() == [[0, 0, 1], [0, 0, 2], [0, 1, 2], [0, 1, 1]]
@@ -242,8 +214,8 @@ def test_nms_keeps_the_best_of_overlapping_boxes_per_class():
 
 def test_resize_of_bool_data_cannot_interpolate():
     with pytest.raises(EmberError, match="node 'n'.*only nearest mode"):
-        _run("Resize", {"x": np.ones((1, 2), bool), "roi": None,
-                        "scales": np.array([1, 2], np.float32)}, mode="linear")
+        run_named("Resize", {"x": np.ones((1, 2), bool), "roi": None,
+                             "scales": np.array([1, 2], np.float32)}, mode="linear")
 
 
 # ----------------------------------------------------------------------------- upgrades
@@ -274,14 +246,14 @@ def test_grid_sample_16_and_roi_align_10_upgrades():
     grid = RNG.uniform(-1.2, 1.2, (1, 3, 3, 2)).astype(np.float32)
     old = _import_and_run(helper.make_node("GridSample", ["x", "grid"], ["y"], mode="bicubic"),
                           {"x": x, "grid": grid}, 16)
-    new = _run("GridSample", {"x": x, "grid": grid}, mode="cubic")
+    new = run_named("GridSample", {"x": x, "grid": grid}, mode="cubic")
     np.testing.assert_array_equal(old, new)
     rois = np.array([[0.3, 0.4, 2.5, 3.1]], dtype=np.float32)
     idx = np.array([0], dtype=np.int64)
     old = _import_and_run(helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"]),
                           {"x": x, "rois": rois, "idx": idx}, 10)
-    new = _run("RoiAlign", {"x": x, "rois": rois, "idx": idx},
-               coordinate_transformation_mode="output_half_pixel")
+    new = run_named("RoiAlign", {"x": x, "rois": rois, "idx": idx},
+                    coordinate_transformation_mode="output_half_pixel")
     np.testing.assert_array_equal(old, new)
 
 

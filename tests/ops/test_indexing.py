@@ -7,49 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import helper
+from op_helpers import ints, node_types, run_node
 
 from ember.core.dims import sym
 from ember.core.dtypes import DType
 from ember.core.errors import ShapeError
 from ember.frontend.onnx import import_onnx
 from ember.interp import ReferenceExecutor
-from ember.ir.graph import Graph, Node
-from ember.ir.types import TensorType, tensor
+from ember.ir.graph import Node
+from ember.ir.types import tensor
 from ember.ops import get_op
 from ember.ops.registry import RefContext
-from ember.passes.infer_shapes import infer_shapes
 
 F32, I64 = DType.FLOAT32, DType.INT64
-
-
-def ints(*values: int) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
-
-
-def _graph(op: str, inputs: dict[str, TensorType], outputs: int = 1,
-           constants: dict[str, np.ndarray] | None = None, **attrs) -> Graph:
-    """A one-node graph ``op(*inputs, *constants)``, shapes inferred."""
-    constants = constants or {}
-    outs = [f"out{i}" for i in range(outputs)]
-    graph = Graph(inputs=list(inputs), outputs=outs, types=dict(inputs),
-                  constants=dict(constants),
-                  nodes=[Node(op, list(inputs) + list(constants), outs, attrs, name="n")])
-    for name, value in constants.items():
-        graph.types[name] = TensorType(DType.from_numpy(value.dtype), value.shape)
-    return infer_shapes(graph)
-
-
-def _types(op: str, inputs: dict[str, TensorType], **kwargs) -> list[str]:
-    graph = _graph(op, inputs, **kwargs)
-    return [str(graph.types.get(name)) for name in graph.outputs]
-
-
-def _run(op: str, *values: np.ndarray, outputs: int = 1, **attrs):
-    names = [f"in{i}" for i in range(len(values))]
-    inputs = {n: TensorType(DType.from_numpy(v.dtype), v.shape) for n, v in zip(names, values)}
-    graph = _graph(op, inputs, outputs=outputs, **attrs)
-    result = ReferenceExecutor(graph).run(dict(zip(names, values)))
-    return [result[name] for name in graph.outputs] if outputs > 1 else result["out0"]
 
 
 X = {"x": tensor(F32, "N", 3, "S")}
@@ -77,17 +47,17 @@ X = {"x": tensor(F32, "N", 3, "S")}
     ("TensorScatter", {"u": tensor(F32, "N", 1, "S")}, {"axis": 1}, 1, ["f32[N, 3, S]"]),
 ])
 def test_symbolic_inference(op, inputs, attrs, outputs, expected):
-    assert _types(op, {**X, **inputs}, outputs=outputs, **attrs) == expected
+    assert node_types(op, {**X, **inputs}, outputs=outputs, **attrs) == expected
 
 
 def test_inference_uses_known_values():
-    assert _types("TopK", X, outputs=2, constants={"k": ints(2)}) == \
+    assert node_types("TopK", X, outputs=2, constants={"k": ints(2)}) == \
         ["f32[N, 3, 2]", "i64[N, 3, 2]"]
-    assert _types("OneHot", {"i": tensor(I64, "N", "S")}, axis=1,
-                  constants={"depth": np.array(10.0, np.float32),
-                             "v": np.array([0, 1], np.int8)}) == ["i8[N, 10, S]"]
-    assert _types("Compress", X, axis=1,
-                  constants={"c": np.array([True, False, True])}) == ["f32[N, 2, S]"]
+    assert node_types("OneHot", {"i": tensor(I64, "N", "S")}, axis=1,
+                      constants={"depth": np.array(10.0, np.float32),
+                                 "v": np.array([0, 1], np.int8)}) == ["i8[N, 10, S]"]
+    assert node_types("Compress", X, axis=1,
+                      constants={"c": np.array([True, False, True])}) == ["f32[N, 2, S]"]
 
 
 def test_gather_folds_symbolic_shape_values():
@@ -104,16 +74,16 @@ def test_gather_folds_symbolic_shape_values():
 
 def test_inference_errors():
     with pytest.raises(ShapeError, match="K=5 exceeds the 3 elements"):
-        _types("TopK", X, outputs=2, axis=1, constants={"k": ints(5)})
+        node_types("TopK", X, outputs=2, axis=1, constants={"k": ints(5)})
     with pytest.raises(ShapeError, match="axis 3 is out of range"):
-        _types("Gather", {**X, "i": tensor(I64, 2)}, axis=3)
+        node_types("Gather", {**X, "i": tensor(I64, 2)}, axis=3)
     with pytest.raises(ShapeError, match="reduction='sum'"):
-        _types("ScatterElements", {**X, "i": tensor(I64, 1, 1, 1), "u": tensor(F32, 1, 1, 1)},
-               reduction="sum")
+        node_types("ScatterElements", {**X, "i": tensor(I64, 1, 1, 1), "u": tensor(F32, 1, 1, 1)},
+                   reduction="sum")
     with pytest.raises(ShapeError, match="rank >= 1"):
-        _types("OneHot", {"i": tensor(I64), "d": tensor(I64), "v": tensor(F32, 2)})
+        node_types("OneHot", {"i": tensor(I64), "d": tensor(I64), "v": tensor(F32, 2)})
     with pytest.raises(ShapeError, match="must be 0 and 1"):
-        _types("ReverseSequence", {**X, "l": tensor(I64, 3)}, batch_axis=1, time_axis=1)
+        node_types("ReverseSequence", {**X, "l": tensor(I64, 3)}, batch_axis=1, time_axis=1)
 
 
 @pytest.mark.parametrize("op, args, attrs, message", [
@@ -129,7 +99,7 @@ def test_inference_errors():
 ])
 def test_run_time_errors_name_the_node(op, args, attrs, message):
     with pytest.raises(ShapeError, match=f"'n' \\({op}\\).*{message}"):
-        _run(op, *args, **attrs)
+        run_node(op, *args, **attrs)
 
 
 # ----------------------------------------------------------------------------- semantics
@@ -137,20 +107,20 @@ def test_run_time_errors_name_the_node(op, args, attrs, message):
 
 def test_top_k_ties_go_to_the_lower_index():
     x = np.array([[3, 1, 3, 2, 1]], dtype=np.uint64)
-    values, indices = _run("TopK", x, ints(3), outputs=2)
+    values, indices = run_node("TopK", x, ints(3), outputs=2)
     assert values.tolist() == [[3, 3, 2]] and indices.tolist() == [[0, 2, 3]]
     assert values.dtype == np.uint64 and indices.dtype == np.int64
-    values, indices = _run("TopK", x, ints(3), outputs=2, largest=0)
+    values, indices = run_node("TopK", x, ints(3), outputs=2, largest=0)
     assert values.tolist() == [[1, 1, 2]] and indices.tolist() == [[1, 4, 3]]
 
 
 def test_unique_unsorted_with_axis_follows_first_occurrence():
     x = np.array([[2, 1, 2, 0], [5, 4, 5, 3]], dtype=np.int32)
-    y, first, inverse, counts = _run("Unique", x, outputs=4, axis=1, sorted=0)
+    y, first, inverse, counts = run_node("Unique", x, outputs=4, axis=1, sorted=0)
     assert y.tolist() == [[2, 1, 0], [5, 4, 3]]
     assert first.tolist() == [0, 1, 3] and inverse.tolist() == [0, 1, 0, 2]
     assert counts.tolist() == [2, 1, 1]
-    y, first, inverse, counts = _run("Unique", x, outputs=4, axis=1)
+    y, first, inverse, counts = run_node("Unique", x, outputs=4, axis=1)
     expected = np.unique(x, axis=1, return_index=True, return_inverse=True, return_counts=True)
     for got, want in zip((y, first, inverse, counts), expected):
         np.testing.assert_array_equal(got, np.asarray(want).reshape(got.shape))
@@ -158,9 +128,9 @@ def test_unique_unsorted_with_axis_follows_first_occurrence():
 
 def test_unique_of_strings_and_nans():
     words = np.array(["b", "a", "b"], dtype=object)
-    assert _run("Unique", words, outputs=4, sorted=0)[0].tolist() == ["b", "a"]
-    y, _, inverse, counts = _run("Unique", np.array([np.nan, 1, np.nan], np.float32),
-                                 outputs=4)
+    assert run_node("Unique", words, outputs=4, sorted=0)[0].tolist() == ["b", "a"]
+    y, _, inverse, counts = run_node("Unique", np.array([np.nan, 1, np.nan], np.float32),
+                                     outputs=4)
     assert y.tolist()[0] == 1 and np.isnan(y[1]) and counts.tolist() == [1, 2]
     assert inverse.tolist() == [1, 0, 1]
 
@@ -172,24 +142,24 @@ def test_scatter_reductions_combine_duplicates():
     expected = {"add": [[6, 1, 1], [1, 1, 10]], "mul": [[6, 1, 1], [1, 1, 20]],
                 "max": [[3, 1, 1], [1, 1, 5]], "min": [[1, 1, 1], [1, 1, 1]]}
     for reduction, want in expected.items():
-        got = _run("ScatterElements", data, indices, updates, axis=1, reduction=reduction)
+        got = run_node("ScatterElements", data, indices, updates, axis=1, reduction=reduction)
         assert got.tolist() == want, reduction
-    got = _run("ScatterND", data, np.array([[1], [-1]]), np.full((2, 3), 2, np.float32),
-               reduction="add")
+    got = run_node("ScatterND", data, np.array([[1], [-1]]), np.full((2, 3), 2, np.float32),
+                   reduction="add")
     assert got.tolist() == [[1, 1, 1], [5, 5, 5]]
 
 
 def test_gather_nd_with_batch_dims_matches_a_loop():
     data = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
     indices = np.array([[[2, 1], [0, -1]], [[1, 3], [-1, 0]]])
-    got = _run("GatherND", data, indices, batch_dims=1)
+    got = run_node("GatherND", data, indices, batch_dims=1)
     want = [[data[b][tuple(idx)] for idx in indices[b]] for b in range(2)]
     np.testing.assert_array_equal(got, want)
 
 
 def test_one_hot_negative_and_out_of_range_indices():
-    got = _run("OneHot", np.array([[-1, 3, 7]]), np.array(4.0, np.float32),
-               np.array(["off", "on"], dtype=object), axis=0)
+    got = run_node("OneHot", np.array([[-1, 3, 7]]), np.array(4.0, np.float32),
+                   np.array(["off", "on"], dtype=object), axis=0)
     assert got.shape == (4, 1, 3)
     assert got[:, 0, :].T.tolist() == [["off", "off", "off", "on"], ["off", "off", "off", "on"],
                                        ["off"] * 4]
@@ -197,20 +167,20 @@ def test_one_hot_negative_and_out_of_range_indices():
 
 def test_reverse_sequence_and_trilu_match_numpy():
     x = np.arange(12, dtype=np.float32).reshape(3, 4)  # time x batch
-    got = _run("ReverseSequence", x, ints(3, 2, 1, 0))
+    got = run_node("ReverseSequence", x, ints(3, 2, 1, 0))
     want = x.copy()
     for b, length in enumerate([3, 2, 1, 0]):
         want[:length, b] = x[:length, b][::-1]
     np.testing.assert_array_equal(got, want)
     stack = np.arange(2 * 3 * 4, dtype=np.int32).reshape(2, 3, 4) + 1
-    np.testing.assert_array_equal(_run("Trilu", stack, np.array(-1, np.int64), upper=0),
+    np.testing.assert_array_equal(run_node("Trilu", stack, np.array(-1, np.int64), upper=0),
                                   np.tril(stack, -1))
 
 
 def test_tensor_scatter_circular_wraps():
     cache = np.zeros((2, 4, 1), np.float32)
     update = np.array([[[1], [2], [3]], [[4], [5], [6]]], np.float32)
-    got = _run("TensorScatter", cache, update, ints(2, 0), mode="circular", axis=1)
+    got = run_node("TensorScatter", cache, update, ints(2, 0), mode="circular", axis=1)
     assert got[..., 0].tolist() == [[3, 0, 1, 2], [4, 5, 6, 0]]
 
 

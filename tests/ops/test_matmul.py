@@ -8,39 +8,21 @@ import ml_dtypes
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from op_helpers import node_types, run_node
 
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError, ShapeError
 from ember.frontend.onnx import import_onnx
 from ember.interp import ReferenceExecutor
-from ember.ir.graph import Graph, Node
-from ember.ir.types import TensorType, tensor
-from ember.passes.infer_shapes import infer_shapes
+from ember.ir.types import tensor
 
 F32 = DType.FLOAT32
 RNG = np.random.default_rng(0)
 
 
-def _graph(op: str, inputs: dict[str, TensorType], outputs: int = 1, **attrs) -> Graph:
-    """A one-node graph ``op(*inputs)``, shapes inferred."""
-    outs = [f"out{i}" for i in range(outputs)]
-    graph = Graph(inputs=list(inputs), outputs=outs, types=dict(inputs),
-                  nodes=[Node(op, list(inputs), outs, attrs, name="n")])
-    return infer_shapes(graph)
-
-
-def _types(op: str, inputs: dict[str, TensorType], **kwargs) -> list[str]:
-    graph = _graph(op, inputs, **kwargs)
-    return [str(graph.types.get(name)) for name in graph.outputs]
-
-
-def _run(op: str, *values: np.ndarray, outputs: int = 1, **attrs):
-    names = [f"in{i}" for i in range(len(values))]
-    inputs = {n: TensorType(DType.from_numpy(np.asarray(v).dtype), np.shape(v))
-              for n, v in zip(names, values)}
-    graph = _graph(op, inputs, outputs=outputs, **attrs)
-    result = ReferenceExecutor(graph).run(dict(zip(names, map(np.asarray, values))))
-    return [result[name] for name in graph.outputs] if outputs > 1 else result["out0"]
+def _run(op: str, *values, outputs: int = 1, **attrs):
+    """``run_node`` on inputs that may also be lists or Python scalars."""
+    return run_node(op, *map(np.asarray, values), outputs=outputs, **attrs)
 
 
 # ----------------------------------------------------------------------------- inference
@@ -54,28 +36,28 @@ def _run(op: str, *values: np.ndarray, outputs: int = 1, **attrs):
     (("B", 1, "M", 8), ("H", 8, 5), "f32[B, H, M, 5]"),
 ])
 def test_matmul_symbolic_shapes(a, b, expected):
-    assert _types("MatMul", {"a": tensor(F32, *a), "b": tensor(F32, *b)}) == [expected]
+    assert node_types("MatMul", {"a": tensor(F32, *a), "b": tensor(F32, *b)}) == [expected]
 
 
 def test_gemm_and_quantized_matmul_types():
     gemm = {"a": tensor(F32, 64, "N"), "b": tensor(F32, 10, 64), "c": tensor(F32, 10)}
-    assert _types("Gemm", gemm, transA=1, transB=1) == ["f32[N, 10]"]
+    assert node_types("Gemm", gemm, transA=1, transB=1) == ["f32[N, 10]"]
     u8 = DType.UINT8
-    assert _types("MatMulInteger", {"a": tensor(u8, "N", 4), "b": tensor(u8, 4, 3)}) == \
+    assert node_types("MatMulInteger", {"a": tensor(u8, "N", 4), "b": tensor(u8, 4, 3)}) == \
         ["i32[N, 3]"]
     scalar = tensor(F32)
     qlinear = {"a": tensor(u8, "N", 4), "as": scalar, "az": tensor(u8), "b": tensor(u8, 4, 3),
                "bs": scalar, "bz": tensor(u8), "ys": scalar, "yz": tensor(DType.INT8)}
-    assert _types("QLinearMatMul", qlinear) == ["i8[N, 3]"]
+    assert node_types("QLinearMatMul", qlinear) == ["i8[N, 3]"]
 
 
 def test_einsum_and_det_symbolic_shapes():
     inputs = {"a": tensor(F32, "B", "I", 4), "b": tensor(F32, "B", 4, "K")}
-    assert _types("Einsum", inputs, equation="bij,bjk->bik") == ["f32[B, I, K]"]
-    assert _types("Einsum", inputs, equation="bij,bjk") == ["f32[I, K]"]  # implicit: i, k
+    assert node_types("Einsum", inputs, equation="bij,bjk->bik") == ["f32[B, I, K]"]
+    assert node_types("Einsum", inputs, equation="bij,bjk") == ["f32[I, K]"]  # implicit: i, k
     ellipsis = {"a": tensor(F32, "N", 3, 5, 5)}
-    assert _types("Einsum", ellipsis, equation="...ii->...i") == ["f32[N, 3, 5]"]
-    assert _types("Det", {"x": tensor(F32, "N", 3, 3)}) == ["f32[N]"]
+    assert node_types("Einsum", ellipsis, equation="...ii->...i") == ["f32[N, 3, 5]"]
+    assert node_types("Det", {"x": tensor(F32, "N", 3, 3)}) == ["f32[N]"]
 
 
 @pytest.mark.parametrize("op, inputs, attrs, message", [
@@ -91,7 +73,7 @@ def test_einsum_and_det_symbolic_shapes():
 ])
 def test_errors_name_the_node(op, inputs, attrs, message):
     with pytest.raises(ShapeError, match=message) as info:
-        _types(op, inputs, **attrs)
+        node_types(op, inputs, **attrs)
     assert f"node 'n' ({op})" in str(info.value)
 
 
@@ -198,8 +180,8 @@ def test_dequantize_output_dtype_and_errors():
         _run("DequantizeLinear", np.zeros((2, 9), np.uint8), np.ones((2, 2), np.float32),
              axis=1, block_size=4)
     with pytest.raises(ShapeError, match="zero point's type"):
-        _types("QuantizeLinear", {"x": tensor(F32, 3), "s": tensor(F32),
-                                  "z": tensor(DType.INT8)}, output_dtype=TensorProto.UINT8)
+        node_types("QuantizeLinear", {"x": tensor(F32, 3), "s": tensor(F32),
+                                      "z": tensor(DType.INT8)}, output_dtype=TensorProto.UINT8)
 
 
 def test_dynamic_quantize_linear():
@@ -209,7 +191,7 @@ def test_dynamic_quantize_linear():
     np.testing.assert_array_equal(y, np.clip(np.rint(x / scale) + 51, 0, 255))
     y, scale, zero = _run("DynamicQuantizeLinear", np.zeros(3, np.float32), outputs=3)
     assert (y == 0).all() and zero == 0 and np.isfinite(scale)
-    assert _types("DynamicQuantizeLinear", {"x": tensor(F32, "N", 4)}, outputs=3) == \
+    assert node_types("DynamicQuantizeLinear", {"x": tensor(F32, "N", 4)}, outputs=3) == \
         ["u8[N, 4]", "f32[]", "u8[]"]
 
 

@@ -6,38 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from op_helpers import node_graph, node_types, run_node
 
 from ember.core.dtypes import DType
 from ember.core.errors import ShapeError
 from ember.frontend.onnx import import_onnx
 from ember.interp import ReferenceExecutor
-from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType, tensor
-from ember.passes.infer_shapes import infer_shapes
 
 F32 = DType.FLOAT32
 RNG = np.random.default_rng(0)
-
-
-def _graph(op: str, inputs: dict[str, TensorType], outputs: int = 1, **attrs) -> Graph:
-    """A one-node graph ``op(*inputs)`` with ``outputs`` outputs, shapes inferred."""
-    outs = [f"out{i}" for i in range(outputs)]
-    graph = Graph(inputs=list(inputs), outputs=outs, types=dict(inputs),
-                  nodes=[Node(op, list(inputs), outs, attrs, name="n")])
-    return infer_shapes(graph)
-
-
-def _types(op: str, inputs: dict[str, TensorType], outputs: int = 1, **attrs) -> list[str]:
-    graph = _graph(op, inputs, outputs, **attrs)
-    return [str(graph.types.get(name)) for name in graph.outputs]
-
-
-def _run(op: str, *values: np.ndarray, outputs: int = 1, **attrs):
-    names = [f"in{i}" for i in range(len(values))]
-    inputs = {n: TensorType(DType.from_numpy(v.dtype), v.shape) for n, v in zip(names, values)}
-    graph = _graph(op, inputs, outputs, **attrs)
-    result = ReferenceExecutor(graph).run(dict(zip(names, values)))
-    return [result[name] for name in graph.outputs] if outputs > 1 else result["out0"]
 
 
 def _standardized(x: np.ndarray, axes: tuple[int, ...], epsilon: float = 1e-5) -> np.ndarray:
@@ -54,36 +32,36 @@ def _vec(n: int) -> TensorType:
 
 def test_layer_norm_statistics_shapes_follow_axis_and_stash_type():
     inputs = {"x": tensor(F32, "N", "S", 64), "scale": _vec(64)}
-    assert _types("LayerNormalization", inputs, 3) == \
+    assert node_types("LayerNormalization", inputs, 3) == \
         ["f32[N, S, 64]", "f32[N, S, 1]", "f32[N, S, 1]"]
-    assert _types("LayerNormalization", inputs, 3, axis=1, stash_type=11)[1] == \
+    assert node_types("LayerNormalization", inputs, 3, axis=1, stash_type=11)[1] == \
         "f64[N, 1, 1]"
 
 
 def test_normalizations_keep_symbolic_shapes():
     x = tensor(F32, "N", 4, "H", "W")
-    assert _types("BatchNormalization", {"x": x, **{p: _vec(4) for p in "sbmv"}}) == \
+    assert node_types("BatchNormalization", {"x": x, **{p: _vec(4) for p in "sbmv"}}) == \
         ["f32[N, 4, H, W]"]
-    assert _types("InstanceNormalization", {"x": x, "s": _vec(4), "b": _vec(4)}) == \
+    assert node_types("InstanceNormalization", {"x": x, "s": _vec(4), "b": _vec(4)}) == \
         ["f32[N, 4, H, W]"]
-    assert _types("GroupNormalization", {"x": x, "s": _vec(4), "b": _vec(4)},
-                  num_groups=2) == ["f32[N, 4, H, W]"]
-    assert _types("RMSNormalization", {"x": x, "s": _vec(1)}) == ["f32[N, 4, H, W]"]
-    assert _types("LRN", {"x": x}, size=3) == ["f32[N, 4, H, W]"]
-    assert _types("Softmax", {"x": x}, axis=1) == ["f32[N, 4, H, W]"]
-    assert _types("Dropout", {"x": x}, 2) == ["f32[N, 4, H, W]", "bool[N, 4, H, W]"]
+    assert node_types("GroupNormalization", {"x": x, "s": _vec(4), "b": _vec(4)},
+                      num_groups=2) == ["f32[N, 4, H, W]"]
+    assert node_types("RMSNormalization", {"x": x, "s": _vec(1)}) == ["f32[N, 4, H, W]"]
+    assert node_types("LRN", {"x": x}, size=3) == ["f32[N, 4, H, W]"]
+    assert node_types("Softmax", {"x": x}, axis=1) == ["f32[N, 4, H, W]"]
+    assert node_types("Dropout", {"x": x}, 2) == ["f32[N, 4, H, W]", "bool[N, 4, H, W]"]
 
 
 def test_batch_norm_training_outputs_are_per_channel():
     inputs = {"x": tensor(F32, "N", "C", 8), **{p: tensor(F32, "C") for p in "sbmv"}}
-    assert _types("BatchNormalization", inputs, 3, training_mode=1) == \
+    assert node_types("BatchNormalization", inputs, 3, training_mode=1) == \
         ["f32[N, C, 8]", "f32[C]", "f32[C]"]
 
 
 def test_loss_shapes():
     scores = {"x": tensor(F32, "N", 5, "D"), "t": tensor(DType.INT64, "N", "D")}
-    assert _types("NegativeLogLikelihoodLoss", scores, reduction="none") == ["f32[N, D]"]
-    assert _types("SoftmaxCrossEntropyLoss", scores, 2) == ["f32[]", "f32[N, 5, D]"]
+    assert node_types("NegativeLogLikelihoodLoss", scores, reduction="none") == ["f32[N, D]"]
+    assert node_types("SoftmaxCrossEntropyLoss", scores, 2) == ["f32[]", "f32[N, 5, D]"]
 
 
 @pytest.mark.parametrize("op, inputs, attrs, message", [
@@ -105,10 +83,10 @@ def test_loss_shapes():
 ])
 def test_inconsistent_inputs_are_shape_errors(op, inputs, attrs, message):
     if message is None:  # the valid variant of the case above
-        _graph(op, inputs, **attrs)
+        node_graph(op, inputs, **attrs)
         return
     with pytest.raises(ShapeError, match=f"node 'n' \\({op}\\).*{message}"):
-        _graph(op, inputs, **attrs)
+        node_graph(op, inputs, **attrs)
 
 
 # ----------------------------------------------------------------------------- values
@@ -117,7 +95,7 @@ def test_inconsistent_inputs_are_shape_errors(op, inputs, attrs, message):
 def test_layer_norm_matches_numpy():
     x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     scale, bias = (RNG.standard_normal(4).astype(np.float32) for _ in range(2))
-    y, mean, inv_std = _run("LayerNormalization", x, scale, bias, outputs=3)
+    y, mean, inv_std = run_node("LayerNormalization", x, scale, bias, outputs=3)
     np.testing.assert_allclose(y, _standardized(x, (2,)) * scale + bias, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(mean, x.mean(2, keepdims=True), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(inv_std, 1 / np.sqrt(x.var(2, keepdims=True) + 1e-5), rtol=1e-5)
@@ -126,7 +104,7 @@ def test_layer_norm_matches_numpy():
 def test_group_norm_matches_numpy():
     x = RNG.standard_normal((2, 6, 5)).astype(np.float32)
     scale, bias = (RNG.standard_normal(6).astype(np.float32) for _ in range(2))
-    y = _run("GroupNormalization", x, scale, bias, num_groups=3)
+    y = run_node("GroupNormalization", x, scale, bias, num_groups=3)
     grouped = _standardized(x.reshape(2, 3, 10), (2,)).reshape(x.shape)
     np.testing.assert_allclose(y, grouped * scale[:, None] + bias[:, None], rtol=1e-5,
                                atol=1e-6)
@@ -136,8 +114,8 @@ def test_batch_norm_training_mode_uses_batch_statistics():
     x = RNG.standard_normal((4, 3, 2)).astype(np.float32)
     scale, bias = np.ones(3, np.float32), np.zeros(3, np.float32)
     mean, var = np.zeros(3, np.float32), np.ones(3, np.float32)
-    y, running_mean, running_var = _run("BatchNormalization", x, scale, bias, mean, var,
-                                        outputs=3, training_mode=1, momentum=0.5)
+    y, running_mean, running_var = run_node("BatchNormalization", x, scale, bias, mean, var,
+                                            outputs=3, training_mode=1, momentum=0.5)
     np.testing.assert_allclose(y, _standardized(x, (0, 2)), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(running_mean, 0.5 * x.mean((0, 2)), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(running_var, 0.5 + 0.5 * x.var((0, 2)), rtol=1e-5)
@@ -150,50 +128,50 @@ def test_lrn_matches_a_direct_window_sum():
     for c in range(5):
         window = x[:, max(0, c - 1):min(5, c + 3)]  # floor(3/2)=1 before, ceil(3/2)=2 after
         expected[:, c] = x[:, c] / (bias + alpha / size * (window ** 2).sum(1)) ** beta
-    np.testing.assert_allclose(_run("LRN", x, size=size, alpha=alpha, beta=beta, bias=bias),
+    np.testing.assert_allclose(run_node("LRN", x, size=size, alpha=alpha, beta=beta, bias=bias),
                                expected, rtol=1e-5)
 
 
 def test_lp_normalization_of_a_zero_vector_is_zero():
     x = np.array([[3.0, -4.0], [0.0, 0.0]], dtype=np.float32)
-    np.testing.assert_allclose(_run("LpNormalization", x, p=1), [[3 / 7, -4 / 7], [0, 0]])
+    np.testing.assert_allclose(run_node("LpNormalization", x, p=1), [[3 / 7, -4 / 7], [0, 0]])
 
 
 def test_softmax_family_half_precision_keeps_dtype():
     x = np.array([[1.0, 2.0, 3.0], [3.0, 3.0, -1.0]], dtype=np.float16)
-    soft = _run("Softmax", x)
+    soft = run_node("Softmax", x)
     assert soft.dtype == np.float16
     np.testing.assert_allclose(soft.sum(-1), 1, rtol=1e-3)
-    np.testing.assert_array_equal(_run("Hardmax", x), [[0, 0, 1], [1, 0, 0]])
+    np.testing.assert_array_equal(run_node("Hardmax", x), [[0, 0, 1], [1, 0, 0]])
 
 
 def test_dropout_is_deterministic_only_without_dropping():
     x = RNG.standard_normal((2, 3)).astype(np.float32)
-    y, mask = _run("Dropout", x, np.array(0.0, np.float32), np.array(True), outputs=2)
+    y, mask = run_node("Dropout", x, np.array(0.0, np.float32), np.array(True), outputs=2)
     np.testing.assert_array_equal(y, x)
     assert mask.dtype == np.bool_ and mask.all()
     with pytest.raises(ShapeError, match="random"):
-        _run("Dropout", x, np.array(0.3, np.float32), np.array(True))
+        run_node("Dropout", x, np.array(0.3, np.float32), np.array(True))
 
 
 def test_losses_with_weights_and_ignore_index():
     log_prob = np.log(np.array([[0.2, 0.8], [0.6, 0.4], [0.5, 0.5]], dtype=np.float32))
     target = np.array([1, 0, 1], dtype=np.int64)
     weight = np.array([2.0, 1.0], dtype=np.float32)
-    loss = _run("NegativeLogLikelihoodLoss", log_prob, target, weight, ignore_index=0)
+    loss = run_node("NegativeLogLikelihoodLoss", log_prob, target, weight, ignore_index=0)
     expected = -(np.log(0.8) + np.log(0.5)) / 2  # sample 1 is ignored; weights 1 and 1
     assert loss.shape == () and loss == pytest.approx(expected, rel=1e-6)
     scores = np.log(np.array([[0.2, 0.8], [0.6, 0.4]], dtype=np.float32))
-    sce, log_softmax = _run("SoftmaxCrossEntropyLoss", scores, target[:2], outputs=2,
-                            reduction="sum")
+    sce, log_softmax = run_node("SoftmaxCrossEntropyLoss", scores, target[:2], outputs=2,
+                                reduction="sum")
     np.testing.assert_allclose(log_softmax, scores, rtol=1e-6)
     assert sce == pytest.approx(-(np.log(0.8) + np.log(0.6)), rel=1e-6)
 
 
 def test_loss_target_out_of_range_is_an_error():
     with pytest.raises(ShapeError, match="target value 5 is not a class"):
-        _run("NegativeLogLikelihoodLoss", np.zeros((2, 3), np.float32),
-             np.array([0, 5], np.int64))
+        run_node("NegativeLogLikelihoodLoss", np.zeros((2, 3), np.float32),
+                 np.array([0, 5], np.int64))
 
 
 # ----------------------------------------------------------------------------- upgrades

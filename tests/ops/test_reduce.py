@@ -6,44 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from op_helpers import node_graph, node_types, run_node
 
 from ember.core.dims import sym
 from ember.core.dtypes import DType
 from ember.core.errors import ShapeError
 from ember.frontend.onnx import import_onnx
 from ember.interp import ReferenceExecutor
-from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType, tensor
 from ember.ops import get_op
-from ember.passes.infer_shapes import infer_shapes
 
 F32 = DType.FLOAT32
-
-
-def _graph(op: str, inputs: dict[str, TensorType], outputs: int = 1,
-           constants: dict[str, np.ndarray] | None = None, **attrs) -> Graph:
-    """A one-node graph ``op(*inputs, *constants)``, shapes inferred."""
-    constants = constants or {}
-    outs = [f"out{i}" for i in range(outputs)]
-    graph = Graph(inputs=list(inputs), outputs=outs, types=dict(inputs),
-                  constants=dict(constants),
-                  nodes=[Node(op, list(inputs) + list(constants), outs, attrs, name="n")])
-    for name, value in constants.items():
-        graph.types[name] = TensorType(DType.from_numpy(value.dtype), value.shape)
-    return infer_shapes(graph)
-
-
-def _types(op: str, inputs: dict[str, TensorType], **kwargs) -> list[str]:
-    graph = _graph(op, inputs, **kwargs)
-    return [str(graph.types.get(name)) for name in graph.outputs]
-
-
-def _run(op: str, *values: np.ndarray, outputs: int = 1, **attrs):
-    names = [f"in{i}" for i in range(len(values))]
-    inputs = {n: TensorType(DType.from_numpy(v.dtype), v.shape) for n, v in zip(names, values)}
-    graph = _graph(op, inputs, outputs=outputs, **attrs)
-    result = ReferenceExecutor(graph).run(dict(zip(names, values)))
-    return [result[name] for name in graph.outputs] if outputs > 1 else result["out0"]
 
 
 AXES_1 = {"axes": np.array([1], dtype=np.int64)}
@@ -64,26 +37,26 @@ X = {"x": tensor(F32, "N", 3, "S")}
      "f32[N, 3, S]"),
 ])
 def test_reduce_symbolic_shapes(attrs, constants, expected):
-    assert _types("ReduceSum", X, constants=constants, **attrs) == [expected]
+    assert node_types("ReduceSum", X, constants=constants, **attrs) == [expected]
 
 
 def test_reduce_with_run_time_axes():
     inputs = {"x": tensor(F32, "N", 1, "S"), "axes": tensor(DType.INT64, 2)}
-    assert _types("ReduceMean", inputs) == ["f32[?, 1, ?]"]
-    assert _types("ReduceMean", inputs, keepdims=0) == ["f32[?]"]
+    assert node_types("ReduceMean", inputs) == ["f32[?, 1, ?]"]
+    assert node_types("ReduceMean", inputs, keepdims=0) == ["f32[?]"]
 
 
 def test_reduce_of_unknown_rank():
     inputs = {"x": TensorType(F32, None)}
-    assert _types("ReduceMax", inputs, keepdims=0) == ["f32[]"]
-    assert _types("ReduceMax", inputs, constants=AXES_1) == ["f32[*]"]
+    assert node_types("ReduceMax", inputs, keepdims=0) == ["f32[]"]
+    assert node_types("ReduceMax", inputs, constants=AXES_1) == ["f32[*]"]
 
 
 def test_arg_and_cumulative_shapes():
-    assert _types("ArgMax", X, axis=-1, keepdims=0) == ["i64[N, 3]"]
-    assert _types("ArgMin", X, axis=1) == ["i64[N, 1, S]"]
+    assert node_types("ArgMax", X, axis=-1, keepdims=0) == ["i64[N, 3]"]
+    assert node_types("ArgMin", X, axis=1) == ["i64[N, 1, S]"]
     axis = {"axis": np.array(2, dtype=np.int32)}
-    assert _types("CumSum", X, constants=axis) == ["f32[N, 3, S]"]
+    assert node_types("CumSum", X, constants=axis) == ["f32[N, 3, S]"]
 
 
 @pytest.mark.parametrize("op, attrs, constants, message", [
@@ -94,7 +67,7 @@ def test_arg_and_cumulative_shapes():
 ])
 def test_invalid_axes_name_the_node(op, attrs, constants, message):
     with pytest.raises(ShapeError, match=f"node 'n' \\({op}\\).*{message}"):
-        _graph(op, X, constants=constants, **attrs)
+        node_graph(op, X, constants=constants, **attrs)
 
 
 # ----------------------------------------------------------------------------- values
@@ -114,7 +87,7 @@ DATA = np.array([[1.5, -2.0, 3.0], [0.25, 4.0, -1.0]], dtype=np.float32)
     ("ReduceLogSumExp", np.log(np.exp(DATA).sum(1))),
 ])
 def test_reductions_match_numpy(op, expected):
-    result = _run(op, DATA, np.array([-1], np.int64), keepdims=0)
+    result = run_node(op, DATA, np.array([-1], np.int64), keepdims=0)
     assert result.dtype == np.float32
     np.testing.assert_allclose(result, expected, rtol=1e-6)
 
@@ -129,33 +102,33 @@ def test_reductions_match_numpy(op, expected):
     ("ReduceLogSumExp", np.zeros((2, 0), np.float64), [-np.inf, -np.inf]),
 ])
 def test_empty_set_reductions_give_the_identity(op, data, expected):
-    result = _run(op, data, np.array([1], np.int64), keepdims=0)
+    result = run_node(op, data, np.array([1], np.int64), keepdims=0)
     assert result.dtype == data.dtype
     np.testing.assert_array_equal(result, np.array(expected, dtype=data.dtype))
 
 
 def test_noop_with_empty_axes_still_applies_elementwise_steps():
-    square = _run("ReduceSumSquare", DATA, noop_with_empty_axes=1)
+    square = run_node("ReduceSumSquare", DATA, noop_with_empty_axes=1)
     np.testing.assert_array_equal(square, DATA * DATA)
-    log = _run("ReduceLogSum", np.abs(DATA), noop_with_empty_axes=1)
+    log = run_node("ReduceLogSum", np.abs(DATA), noop_with_empty_axes=1)
     np.testing.assert_allclose(log, np.log(np.abs(DATA)), rtol=1e-6)
 
 
 def test_log_sum_exp_does_not_overflow():
     data = np.array([1000.0, 1000.0], dtype=np.float32)
-    assert _run("ReduceLogSumExp", data, keepdims=0) == pytest.approx(1000 + np.log(2))
+    assert run_node("ReduceLogSumExp", data, keepdims=0) == pytest.approx(1000 + np.log(2))
 
 
 def test_half_precision_sums_accumulate_in_float32():
     data = np.full(4096, 0.1, dtype=np.float16)
-    result = _run("ReduceSum", data, keepdims=0)
+    result = run_node("ReduceSum", data, keepdims=0)
     assert result.dtype == np.float16
     assert float(result) == pytest.approx(409.6, rel=1e-3)
 
 
 def test_reduce_mean_of_integers_truncates_toward_zero():
     data = np.array([[-3, -4], [3, 4]], dtype=np.int32)
-    np.testing.assert_array_equal(_run("ReduceMean", data, np.array([1], np.int64)),
+    np.testing.assert_array_equal(run_node("ReduceMean", data, np.array([1], np.int64)),
                                   [[-3], [3]])
 
 
@@ -169,24 +142,24 @@ def test_reduce_prod_folds_symbolic_dims():
 
 def test_arg_max_select_last_index():
     data = np.array([[2, 7, 7], [5, 5, 1]], dtype=np.int32)
-    np.testing.assert_array_equal(_run("ArgMax", data, axis=1, keepdims=0), [1, 0])
+    np.testing.assert_array_equal(run_node("ArgMax", data, axis=1, keepdims=0), [1, 0])
     np.testing.assert_array_equal(
-        _run("ArgMax", data, axis=1, keepdims=0, select_last_index=1), [2, 1])
+        run_node("ArgMax", data, axis=1, keepdims=0, select_last_index=1), [2, 1])
     np.testing.assert_array_equal(
-        _run("ArgMin", data, axis=0, select_last_index=1), [[0, 1, 1]])
+        run_node("ArgMin", data, axis=0, select_last_index=1), [[0, 1, 1]])
 
 
 def test_arg_max_over_an_empty_axis_is_an_error():
     with pytest.raises(ShapeError, match="length 0"):
-        _run("ArgMax", np.zeros((2, 0), np.float32), axis=1)
+        run_node("ArgMax", np.zeros((2, 0), np.float32), axis=1)
 
 
 @pytest.mark.parametrize("exclusive, reverse, expected", [
     (0, 0, [2, 6, 24]), (1, 0, [1, 2, 6]), (0, 1, [24, 12, 4]), (1, 1, [12, 4, 1]),
 ])
 def test_cum_prod_modes(exclusive, reverse, expected):
-    result = _run("CumProd", np.array([2, 3, 4], np.int64), np.array(0, np.int32),
-                  exclusive=exclusive, reverse=reverse)
+    result = run_node("CumProd", np.array([2, 3, 4], np.int64), np.array(0, np.int32),
+                      exclusive=exclusive, reverse=reverse)
     np.testing.assert_array_equal(result, expected)
 
 

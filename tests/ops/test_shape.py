@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from op_helpers import add_constants, ints, node_types, run_node
 
 from ember.core.dims import sym
 from ember.core.dtypes import DType
@@ -19,40 +20,6 @@ from ember.passes.infer_shapes import infer_shapes
 
 F32, I64 = DType.FLOAT32, DType.INT64
 INT_MAX = np.iinfo(np.int64).max
-
-
-def ints(*values: int) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
-
-
-def _graph(op: str, inputs: dict[str, TensorType], outputs: int = 1,
-           constants: dict[str, np.ndarray] | None = None, **attrs) -> Graph:
-    """A one-node graph ``op(*inputs, *constants)``, shapes inferred."""
-    constants = constants or {}
-    outs = [f"out{i}" for i in range(outputs)]
-    graph = Graph(inputs=list(inputs), outputs=outs, types=dict(inputs),
-                  nodes=[Node(op, list(inputs) + list(constants), outs, attrs, name="n")])
-    _add_constants(graph, constants)
-    return infer_shapes(graph)
-
-
-def _add_constants(graph: Graph, constants: dict[str, np.ndarray]) -> None:
-    for name, value in constants.items():
-        graph.constants[name] = value
-        graph.types[name] = TensorType(DType.from_numpy(value.dtype), value.shape)
-
-
-def _types(op: str, inputs: dict[str, TensorType], **kwargs) -> list[str]:
-    graph = _graph(op, inputs, **kwargs)
-    return [str(graph.types.get(name)) for name in graph.outputs]
-
-
-def _run(op: str, *values: np.ndarray, outputs: int = 1, **attrs):
-    names = [f"in{i}" for i in range(len(values))]
-    inputs = {n: TensorType(DType.from_numpy(v.dtype), v.shape) for n, v in zip(names, values)}
-    graph = _graph(op, inputs, outputs=outputs, **attrs)
-    result = ReferenceExecutor(graph).run(dict(zip(names, values)))
-    return [result[name] for name in graph.outputs] if outputs > 1 else result["out0"]
 
 
 X4 = {"x": tensor(F32, "N", 512, 1, 1)}
@@ -71,7 +38,7 @@ X3 = {"x": tensor(F32, "N", 3, "S")}
     (ints(-1, 3), "f32[?, 3]"),  # 512*N / 3 is not a polynomial: unknown, not a guess
 ])
 def test_reshape_symbolic(target, expected):
-    assert _types("Reshape", X4, constants={"shape": target}) == [expected]
+    assert node_types("Reshape", X4, constants={"shape": target}) == [expected]
 
 
 def test_reshape_through_folded_shape_computation():
@@ -83,25 +50,26 @@ def test_reshape_through_folded_shape_computation():
         Node("Concat", ["n1", "minus_one"], ["target"], {"axis": 0}, name="concat"),
         Node("Reshape", ["x", "target"], ["y"], name="reshape"),
     ])
-    _add_constants(graph, {"zero": np.array(0, np.int64), "axes": ints(0),
-                           "minus_one": ints(-1)})
+    add_constants(graph, {"zero": np.array(0, np.int64), "axes": ints(0),
+                          "minus_one": ints(-1)})
     infer_shapes(graph)
     assert str(graph.types["target"]) == "i64[2]"
     assert str(graph.types["y"]) == "f32[N, 512]"
 
 
 def test_reshape_with_run_time_shape_and_unknown_rank():
-    assert _types("Reshape", {"x": tensor(F32, "N", 4), "s": tensor(I64, 3)}) == ["f32[?, ?, ?]"]
-    assert _types("Reshape", {"x": TensorType(F32, None)},
-                  constants={"shape": ints(0, 7, -1)}) == ["f32[?, 7, ?]"]
+    assert node_types("Reshape", {"x": tensor(F32, "N", 4), "s": tensor(I64, 3)}) == \
+        ["f32[?, ?, ?]"]
+    assert node_types("Reshape", {"x": TensorType(F32, None)},
+                      constants={"shape": ints(0, 7, -1)}) == ["f32[?, 7, ?]"]
 
 
 def test_reshape_allowzero():
     empty = np.zeros((0, 3), np.float32)
-    assert _run("Reshape", empty, ints(3, 0), allowzero=1).shape == (3, 0)
-    assert _run("Reshape", empty, ints(0, 3), allowzero=0).shape == (0, 3)
+    assert run_node("Reshape", empty, ints(3, 0), allowzero=1).shape == (3, 0)
+    assert run_node("Reshape", empty, ints(0, 3), allowzero=0).shape == (0, 3)
     with pytest.raises(ShapeError, match="both 0 and -1"):
-        _types("Reshape", X4, constants={"shape": ints(0, -1)}, allowzero=1)
+        node_types("Reshape", X4, constants={"shape": ints(0, -1)}, allowzero=1)
 
 
 @pytest.mark.parametrize("target, message", [
@@ -112,7 +80,7 @@ def test_reshape_allowzero():
 ])
 def test_reshape_errors_name_the_node(target, message):
     with pytest.raises(ShapeError, match=f"'n' \\(Reshape\\).*{message}"):
-        _types("Reshape", {"x": tensor(F32, 3, 4)}, constants={"shape": target})
+        node_types("Reshape", {"x": tensor(F32, 3, 4)}, constants={"shape": target})
 
 
 # ----------------------------------------------------------------------------- layout ops
@@ -137,35 +105,35 @@ def test_reshape_errors_name_the_node(target, message):
     ("CenterCropPad", {"axes": [1, 2]}, {"shape": ints(2, 9)}, "f32[N, 2, 9]"),
 ])
 def test_layout_ops_symbolic(op, attrs, constants, expected):
-    assert _types(op, X3, constants=constants, **attrs) == [expected]
+    assert node_types(op, X3, constants=constants, **attrs) == [expected]
 
 
 def test_squeeze():
     x = {"x": tensor(F32, "N", 1, 3, 1)}
-    assert _types("Squeeze", x, constants={"axes": ints(-1, 1)}) == ["f32[N, 3]"]
-    assert _types("Squeeze", {"x": tensor(F32, 1, 3, 1)}) == ["f32[3]"]
+    assert node_types("Squeeze", x, constants={"axes": ints(-1, 1)}) == ["f32[N, 3]"]
+    assert node_types("Squeeze", {"x": tensor(F32, 1, 3, 1)}) == ["f32[3]"]
     # Whether N is 1 decides the rank: unknown rather than guessed.
-    assert _types("Squeeze", x) == ["f32[*]"]
+    assert node_types("Squeeze", x) == ["f32[*]"]
     with pytest.raises(ShapeError, match="cannot squeeze axis 2"):
-        _types("Squeeze", x, constants={"axes": ints(2)})
+        node_types("Squeeze", x, constants={"axes": ints(2)})
 
 
 def test_block_rearrangements():
     x = {"x": tensor(F32, "N", 8, "H", "W")}
-    assert _types("DepthToSpace", x, blocksize=2) == ["f32[N, 2, 2*H, 2*W]"]
-    assert _types("SpaceToDepth", {"x": tensor(F32, "N", 3, 8, 4)}, blocksize=2,
-                  mode="CRD") == ["f32[N, 12, 4, 2]"]
+    assert node_types("DepthToSpace", x, blocksize=2) == ["f32[N, 2, 2*H, 2*W]"]
+    assert node_types("SpaceToDepth", {"x": tensor(F32, "N", 3, 8, 4)}, blocksize=2,
+                      mode="CRD") == ["f32[N, 12, 4, 2]"]
     with pytest.raises(ShapeError, match="multiple of blocksize"):
-        _types("DepthToSpace", x, blocksize=3)
+        node_types("DepthToSpace", x, blocksize=3)
     with pytest.raises(ShapeError, match="mode='XYZ'"):
-        _types("SpaceToDepth", {"x": tensor(F32, 1, 3, 8, 4)}, blocksize=2, mode="XYZ")
+        node_types("SpaceToDepth", {"x": tensor(F32, 1, 3, 8, 4)}, blocksize=2, mode="XYZ")
 
 
 def test_expand_with_run_time_shape_keeps_dims_that_cannot_broadcast():
     inputs = {"x": tensor(F32, 3, 1), "shape": tensor(I64, 3)}
-    assert _types("Expand", inputs) == ["f32[?, 3, ?]"]
+    assert node_types("Expand", inputs) == ["f32[?, 3, ?]"]
     with pytest.raises(ShapeError, match="cannot expand"):
-        _types("Expand", {"x": tensor(F32, 3, 2)}, constants={"shape": ints(4, 4)})
+        node_types("Expand", {"x": tensor(F32, 3, 2)}, constants={"shape": ints(4, 4)})
 
 
 # ----------------------------------------------------------------------------- Concat, Split
@@ -173,11 +141,11 @@ def test_expand_with_run_time_shape_keeps_dims_that_cannot_broadcast():
 
 def test_concat_symbolic_and_mismatch():
     inputs = {"a": tensor(F32, "N", 3), "b": tensor(F32, "N", 5), "c": tensor(F32, None, 1)}
-    assert _types("Concat", inputs, axis=1) == ["f32[N, 9]"]
-    assert _types("Concat", {"a": tensor(F32, "N", 3), "b": tensor(F32, "M", 3)},
-                  axis=0) == ["f32[M + N, 3]"]
+    assert node_types("Concat", inputs, axis=1) == ["f32[N, 9]"]
+    assert node_types("Concat", {"a": tensor(F32, "N", 3), "b": tensor(F32, "M", 3)},
+                      axis=0) == ["f32[M + N, 3]"]
     with pytest.raises(ShapeError, match="differ in dim 1"):
-        _types("Concat", {"a": tensor(F32, 2, 3), "b": tensor(F32, 2, 4)}, axis=0)
+        node_types("Concat", {"a": tensor(F32, 2, 3), "b": tensor(F32, 2, 4)}, axis=0)
 
 
 @pytest.mark.parametrize("x, attrs, constants, expected", [
@@ -186,21 +154,21 @@ def test_concat_symbolic_and_mismatch():
     (tensor(F32, "N", 2), {}, {}, ["f32[?, 2]", "f32[?, 2]"]),
 ])
 def test_split_symbolic(x, attrs, constants, expected):
-    assert _types("Split", {"x": x}, outputs=len(expected), constants=constants,
-                  **attrs) == expected
+    assert node_types("Split", {"x": x}, outputs=len(expected), constants=constants,
+                      **attrs) == expected
 
 
 def test_split_of_even_symbolic_dim():
-    assert _types("Split", {"x": tensor(F32, 2, "S")}, outputs=2, axis=1,
-                  constants={"s": ints(3, 4)}) == ["f32[2, 3]", "f32[2, 4]"]
+    assert node_types("Split", {"x": tensor(F32, 2, "S")}, outputs=2, axis=1,
+                      constants={"s": ints(3, 4)}) == ["f32[2, 3]", "f32[2, 4]"]
     x = {"x": TensorType(F32, (sym("N") * 4, 2))}
-    assert _types("Split", x, outputs=2, num_outputs=2) == ["f32[2*N, 2]"] * 2
+    assert node_types("Split", x, outputs=2, num_outputs=2) == ["f32[2*N, 2]"] * 2
 
 
 def test_split_errors_and_uneven_values():
     with pytest.raises(ShapeError, match="sums to 5"):
-        _types("Split", {"x": tensor(F32, 6)}, outputs=2, constants={"s": ints(2, 3)})
-    parts = _run("Split", np.arange(7, dtype=np.float32), outputs=3, num_outputs=3)
+        node_types("Split", {"x": tensor(F32, 6)}, outputs=2, constants={"s": ints(2, 3)})
+    parts = run_node("Split", np.arange(7, dtype=np.float32), outputs=3, num_outputs=3)
     assert [p.tolist() for p in parts] == [[0, 1, 2], [3, 4, 5], [6]]
 
 
@@ -224,30 +192,30 @@ def test_slice_symbolic(starts, ends, axes, steps, expected):
         constants["axes"] = np.arange(len(starts), dtype=np.int64)
     if steps is not None:
         constants["steps"] = steps
-    assert _types("Slice", X3, constants=constants) == [expected]
+    assert node_types("Slice", X3, constants=constants) == [expected]
 
 
 def test_slice_of_even_symbolic_dim_by_step():
     x = {"x": TensorType(F32, (sym("N") * 2 + 1,))}
     constants = {"s": ints(0), "e": ints(INT_MAX), "a": ints(0), "t": ints(2)}
-    assert _types("Slice", x, constants=constants) == ["f32[N + 1]"]
+    assert node_types("Slice", x, constants=constants) == ["f32[N + 1]"]
 
 
 def test_slice_with_run_time_bounds_and_errors():
     inputs = {"x": tensor(F32, "N", 3, "S"), "s": tensor(I64, 1), "e": tensor(I64, 1)}
-    assert _types("Slice", inputs) == ["f32[?, 3, S]"]
+    assert node_types("Slice", inputs) == ["f32[?, 3, S]"]
     inputs["axes"] = tensor(I64, 1)
-    assert _types("Slice", inputs) == ["f32[?, ?, ?]"]
+    assert node_types("Slice", inputs) == ["f32[?, ?, ?]"]
     with pytest.raises(ShapeError, match="steps .* contain 0"):
-        _types("Slice", X3, constants={"s": ints(0), "e": ints(1), "a": ints(0), "t": ints(0)})
+        node_types("Slice", X3, constants={"s": ints(0), "e": ints(1), "a": ints(0), "t": ints(0)})
     with pytest.raises(ShapeError, match="repeat an axis"):
-        _types("Slice", X3, constants={"s": ints(0, 0), "e": ints(1, 1), "a": ints(0, -3)})
+        node_types("Slice", X3, constants={"s": ints(0, 0), "e": ints(1, 1), "a": ints(0, -3)})
 
 
 def test_slice_matches_numpy_with_negative_steps_and_clamping():
     x = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
-    got = _run("Slice", x, ints(-1, 10, 1), ints(-INT_MAX, -10, INT_MAX), ints(0, 1, 2),
-               ints(-1, -2, 3))
+    got = run_node("Slice", x, ints(-1, 10, 1), ints(-INT_MAX, -10, INT_MAX), ints(0, 1, 2),
+                   ints(-1, -2, 3))
     np.testing.assert_array_equal(got, x[::-1, 3::-2, 1::3])
 
 
@@ -259,9 +227,9 @@ def test_pad_modes_match_numpy():
     pads = ints(1, 2, 2, 1)
     widths = [(1, 2), (2, 1)]
     for mode in ("reflect", "edge", "wrap"):
-        np.testing.assert_array_equal(_run("Pad", x, pads, mode=mode),
+        np.testing.assert_array_equal(run_node("Pad", x, pads, mode=mode),
                                       np.pad(x, widths, mode=mode))
-    padded = _run("Pad", x, pads, np.array(-7, np.int32))
+    padded = run_node("Pad", x, pads, np.array(-7, np.int32))
     np.testing.assert_array_equal(padded, np.pad(x, widths, constant_values=-7))
     assert padded.dtype == np.int32
 
@@ -269,19 +237,19 @@ def test_pad_modes_match_numpy():
 def test_pad_negative_pads_crop_and_axes():
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     # axis -1: crop 1 in front; axis 0: pad 2 in front, crop 1 at the end.
-    got = _run("Pad", x, ints(-1, 2, 0, -1), np.array(9, np.float32), ints(-1, 0))
+    got = run_node("Pad", x, ints(-1, 2, 0, -1), np.array(9, np.float32), ints(-1, 0))
     np.testing.assert_array_equal(got, np.pad(x[:2, 1:], [(2, 0), (0, 0)], constant_values=9))
 
 
 def test_pad_strings_and_errors():
     words = np.array([["a", "b"]], dtype=object)
-    assert _run("Pad", words, ints(0, 1, 0, 0)).tolist() == [["", "a", "b"]]
+    assert run_node("Pad", words, ints(0, 1, 0, 0)).tolist() == [["", "a", "b"]]
     with pytest.raises(ShapeError, match="reflect pads"):
-        _run("Pad", np.zeros((2, 2), np.float32), ints(0, 2, 0, 0), mode="reflect")
+        run_node("Pad", np.zeros((2, 2), np.float32), ints(0, 2, 0, 0), mode="reflect")
     with pytest.raises(ShapeError, match="mode='circular'"):
-        _types("Pad", X3, constants={"pads": ints(0, 0, 0, 0, 0, 0)}, mode="circular")
+        node_types("Pad", X3, constants={"pads": ints(0, 0, 0, 0, 0, 0)}, mode="circular")
     with pytest.raises(ShapeError, match="2 values per padded axis"):
-        _types("Pad", X3, constants={"pads": ints(0, 0)})
+        node_types("Pad", X3, constants={"pads": ints(0, 0)})
 
 
 # ----------------------------------------------------------------------------- generators
@@ -295,7 +263,7 @@ def test_generators_use_known_values():
         Node("Range", ["zero", "s", "one"], ["r"], name="range"),
         Node("EyeLike", ["m"], ["e"], {"dtype": TensorProto.BOOL, "k": 1}, name="eye"),
     ])
-    _add_constants(graph, {"two": np.array(2, np.int64), "zero": np.array(0, np.int64),
+    add_constants(graph, {"two": np.array(2, np.int64), "zero": np.array(0, np.int64),
                            "one": np.array(1, np.int64), "m": np.zeros((2, 5), np.float16)})
     infer_shapes(graph)
     assert [str(graph.types[n]) for n in ("c", "r", "e")] == ["i32[N, 3, S]", "i64[S]",
@@ -307,25 +275,25 @@ def test_range_lengths_match_numpy(start, limit, delta):
     constants = {"a": np.array(start, np.int32), "b": np.array(limit, np.int32),
                  "c": np.array(delta, np.int32)}
     expected = np.arange(start, limit, delta, dtype=np.int32)
-    assert _types("Range", {}, constants=constants) == [f"i32[{len(expected)}]"]
-    got = _run("Range", *constants.values())
+    assert node_types("Range", {}, constants=constants) == [f"i32[{len(expected)}]"]
+    got = run_node("Range", *constants.values())
     np.testing.assert_array_equal(got, expected)
     assert got.dtype == np.int32
 
 
 def test_range_float16_accumulates_in_stash_type():
-    got = _run("Range", np.array(2040, np.float16), np.array(2060, np.float16),
-               np.array(1, np.float16))
+    got = run_node("Range", np.array(2040, np.float16), np.array(2060, np.float16),
+                   np.array(1, np.float16))
     np.testing.assert_array_equal(got, np.arange(2040, 2060, dtype=np.float32).astype(np.float16))
     with pytest.raises(ShapeError, match="delta must not be 0"):
-        _run("Range", np.array(0, np.int64), np.array(3, np.int64), np.array(0, np.int64))
+        run_node("Range", np.array(0, np.int64), np.array(3, np.int64), np.array(0, np.int64))
 
 
 def test_constant_of_shape_errors():
     with pytest.raises(ShapeError, match="negative dim"):
-        _types("ConstantOfShape", {}, constants={"s": ints(2, -1)})
+        node_types("ConstantOfShape", {}, constants={"s": ints(2, -1)})
     with pytest.raises(ShapeError, match="exactly one element"):
-        _types("ConstantOfShape", {}, constants={"s": ints(2)}, value=np.zeros(2, np.float32))
+        node_types("ConstantOfShape", {}, constants={"s": ints(2)}, value=np.zeros(2, np.float32))
 
 
 # ----------------------------------------------------------------------------- upgrades

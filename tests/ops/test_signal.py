@@ -7,47 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from op_helpers import node_graph, node_types, run_named
 
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError, ShapeError
 from ember.frontend.onnx import import_onnx
 from ember.interp import ReferenceExecutor
-from ember.ir.graph import Graph, Node
-from ember.ir.types import TensorType, tensor
-from ember.passes.infer_shapes import infer_shapes
+from ember.ir.types import tensor
 
 F32, I64 = DType.FLOAT32, DType.INT64
 RNG = np.random.default_rng(0)
-
-
-def _graph(op: str, inputs: dict[str, TensorType | np.ndarray | None], outputs: int = 1,
-           **attrs) -> Graph:
-    """A one-node graph; inputs given as arrays become constants, None an absent input."""
-    names = [name if value is not None else "" for name, value in inputs.items()]
-    graph = Graph(outputs=[f"out{i}" for i in range(outputs)])
-    for name, value in inputs.items():
-        if isinstance(value, np.ndarray):
-            graph.constants[name] = value
-            graph.types[name] = TensorType(DType.from_numpy(value.dtype), value.shape)
-        elif value is not None:
-            graph.inputs.append(name)
-            graph.types[name] = value
-    graph.nodes.append(Node(op, names, list(graph.outputs), attrs, name="n"))
-    return infer_shapes(graph)
-
-
-def _types(op: str, inputs: dict, outputs: int = 1, **attrs) -> list[str]:
-    graph = _graph(op, inputs, outputs, **attrs)
-    return [str(graph.types.get(name)) for name in graph.outputs]
-
-
-def _run(op: str, inputs: dict[str, np.ndarray | None], outputs: int = 1, **attrs):
-    """Run ``op`` with every array given as a run-time input."""
-    types = {k: None if v is None else TensorType(DType.from_numpy(v.dtype), v.shape)
-             for k, v in inputs.items()}
-    graph = _graph(op, types, outputs, **attrs)
-    result = ReferenceExecutor(graph).run({k: v for k, v in inputs.items() if v is not None})
-    return [result[name] for name in graph.outputs] if outputs > 1 else result["out0"]
 
 
 def _complex(x: np.ndarray) -> np.ndarray:
@@ -63,29 +32,29 @@ def _scalar(value: int) -> np.ndarray:
 
 
 def test_dft_shapes_follow_length_axis_and_mode():
-    assert _types("DFT", {"x": tensor(F32, "N", 16, 1)}, onesided=1) == ["f32[N, 9, 2]"]
-    assert _types("DFT", {"x": tensor(F32, "N", 16, 1), "n": _scalar(10)}) == ["f32[N, 10, 2]"]
+    assert node_types("DFT", {"x": tensor(F32, "N", 16, 1)}, onesided=1) == ["f32[N, 9, 2]"]
+    assert node_types("DFT", {"x": tensor(F32, "N", 16, 1), "n": _scalar(10)}) == ["f32[N, 10, 2]"]
     # IRFFT's default length 2 * (bins - 1) stays symbolic.
-    assert _types("DFT", {"x": tensor(F32, "N", "S", 2), "n": None, "axis": _scalar(1)},
-                  inverse=1, onesided=1) == ["f32[N, 2*S - 2, 1]"]
+    assert node_types("DFT", {"x": tensor(F32, "N", "S", 2), "n": None, "axis": _scalar(1)},
+                      inverse=1, onesided=1) == ["f32[N, 2*S - 2, 1]"]
     # floor(S / 2) + 1 of an arbitrary S is not a polynomial: unknown rather than a guess.
-    assert _types("DFT", {"x": tensor(F32, "N", "S", 1)}, onesided=1) == ["f32[N, ?, 2]"]
+    assert node_types("DFT", {"x": tensor(F32, "N", "S", 1)}, onesided=1) == ["f32[N, ?, 2]"]
     # A run-time axis could transform any signal axis.
-    assert _types("DFT", {"x": tensor(F32, "N", 16, 2), "n": None, "axis": tensor(I64)}) == \
+    assert node_types("DFT", {"x": tensor(F32, "N", 16, 2), "n": None, "axis": tensor(I64)}) == \
         ["f32[?, ?, 2]"]
 
 
 def test_stft_window_and_mel_shapes():
     signal = tensor(F32, "N", 128, 1)
-    assert _types("STFT", {"s": signal, "step": _scalar(8), "w": None,
-                           "length": _scalar(16)}) == ["f32[N, 15, 9, 2]"]
-    assert _types("STFT", {"s": tensor(F32, "N", "L", 1), "step": _scalar(1),
-                           "w": tensor(F32, 16)}, onesided=0) == ["f32[N, L - 15, 16, 2]"]
-    assert _types("HannWindow", {"size": _scalar(10)}, output_datatype=11) == ["f64[10]"]
-    assert _types("BlackmanWindow", {"size": tensor(I64)}) == ["f32[?]"]
+    assert node_types("STFT", {"s": signal, "step": _scalar(8), "w": None,
+                               "length": _scalar(16)}) == ["f32[N, 15, 9, 2]"]
+    assert node_types("STFT", {"s": tensor(F32, "N", "L", 1), "step": _scalar(1),
+                               "w": tensor(F32, 16)}, onesided=0) == ["f32[N, L - 15, 16, 2]"]
+    assert node_types("HannWindow", {"size": _scalar(10)}, output_datatype=11) == ["f64[10]"]
+    assert node_types("BlackmanWindow", {"size": tensor(I64)}) == ["f32[?]"]
     mel = {"bins": _scalar(8), "n": _scalar(64), "rate": _scalar(16000),
            "low": np.array(0, np.float32), "high": np.array(8000, np.float32)}
-    assert _types("MelWeightMatrix", mel) == ["f32[33, 8]"]
+    assert node_types("MelWeightMatrix", mel) == ["f32[33, 8]"]
 
 
 @pytest.mark.parametrize("op, inputs, attrs, message", [
@@ -99,7 +68,7 @@ def test_stft_window_and_mel_shapes():
 ])
 def test_inconsistent_inputs_are_shape_errors(op, inputs, attrs, message):
     with pytest.raises(ShapeError, match=message):
-        _graph(op, inputs, **attrs)
+        node_graph(op, inputs, **attrs)
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -107,21 +76,22 @@ def test_inconsistent_inputs_are_shape_errors(op, inputs, attrs, message):
 
 def test_dft_forward_inverse_and_one_sided_match_numpy_fft():
     x = RNG.standard_normal((3, 10, 2))
-    np.testing.assert_allclose(_complex(_run("DFT", {"x": x})), np.fft.fft(_complex(x), axis=1))
-    np.testing.assert_allclose(_complex(_run("DFT", {"x": x}, inverse=1)),
+    np.testing.assert_allclose(_complex(run_named("DFT", {"x": x})),
+                               np.fft.fft(_complex(x), axis=1))
+    np.testing.assert_allclose(_complex(run_named("DFT", {"x": x}, inverse=1)),
                                np.fft.ifft(_complex(x), axis=1))
     real = x[..., :1]
-    spectrum = _run("DFT", {"x": real, "n": _scalar(12), "axis": _scalar(0)}, onesided=1)
+    spectrum = run_named("DFT", {"x": real, "n": _scalar(12), "axis": _scalar(0)}, onesided=1)
     np.testing.assert_allclose(_complex(spectrum), np.fft.rfft(real[..., 0], n=12, axis=0))
-    signal = _run("DFT", {"x": spectrum, "n": _scalar(12), "axis": _scalar(0)}, inverse=1,
-                  onesided=1)
+    signal = run_named("DFT", {"x": spectrum, "n": _scalar(12), "axis": _scalar(0)}, inverse=1,
+                       onesided=1)
     np.testing.assert_allclose(signal, np.pad(real, [(0, 9), (0, 0), (0, 0)]), atol=1e-12)
 
 
 def test_stft_is_the_dft_of_windowed_frames():
     signal = RNG.standard_normal((2, 40, 1))
-    window = _run("HannWindow", {"size": _scalar(8)}, output_datatype=TensorProto.DOUBLE)
-    out = _run("STFT", {"s": signal, "step": _scalar(5), "w": window})
+    window = run_named("HannWindow", {"size": _scalar(8)}, output_datatype=TensorProto.DOUBLE)
+    out = run_named("STFT", {"s": signal, "step": _scalar(5), "w": window})
     frames = np.stack([signal[:, i:i + 8, 0] for i in range(0, 33, 5)], axis=1)
     np.testing.assert_allclose(_complex(out), np.fft.rfft(frames * window, axis=-1))
 
@@ -133,16 +103,16 @@ def test_windows_match_their_cosine_sums():
         ("HammingWindow", 25 / 46 - 21 / 46 * np.cos(2 * np.pi * n / 7)),
         ("BlackmanWindow", np.blackman(8)[:7]),
     ]:
-        got = _run(op, {"size": _scalar(7)}, output_datatype=TensorProto.DOUBLE)
+        got = run_named(op, {"size": _scalar(7)}, output_datatype=TensorProto.DOUBLE)
         np.testing.assert_allclose(got, expected, atol=1e-12, err_msg=op)
-    symmetric = _run("BlackmanWindow", {"size": _scalar(7)}, periodic=0)
+    symmetric = run_named("BlackmanWindow", {"size": _scalar(7)}, periodic=0)
     np.testing.assert_allclose(symmetric, np.blackman(7), atol=1e-6)
 
 
 def test_mel_filters_are_triangles_peaking_at_one():
-    weights = _run("MelWeightMatrix", {"bins": _scalar(6), "n": _scalar(64),
-                                       "rate": _scalar(8000), "low": np.array(100, np.float32),
-                                       "high": np.array(4000, np.float32)})
+    weights = run_named("MelWeightMatrix", {"bins": _scalar(6), "n": _scalar(64),
+                                            "rate": _scalar(8000), "low": np.array(100, np.float32),
+                                            "high": np.array(4000, np.float32)})
     assert weights.shape == (33, 6) and weights.dtype == np.float32
     assert np.allclose(weights.max(axis=0), 1.0)
     peaks = weights.argmax(axis=0)
@@ -175,18 +145,18 @@ def test_attention_shapes_with_heads_cache_and_symbols():
     inputs = {"q": tensor(F32, "B", "S", 64), "k": tensor(F32, "B", "T", 32),
               "v": tensor(F32, "B", "T", 48), "mask": None,
               "past_k": tensor(F32, "B", 4, "P", 8), "past_v": tensor(F32, "B", 4, "P", 12)}
-    assert _types("Attention", inputs, 4, q_num_heads=8, kv_num_heads=4) == \
+    assert node_types("Attention", inputs, 4, q_num_heads=8, kv_num_heads=4) == \
         ["f32[B, S, 96]", "f32[B, 4, P + T, 8]", "f32[B, 4, P + T, 12]", "f32[B, 8, S, P + T]"]
     four_d = {"q": tensor(F32, "B", 8, "S", 16), "k": tensor(F32, "B", 2, "T", 16),
               "v": tensor(F32, "B", 2, "T", 32)}
-    assert _types("Attention", four_d) == ["f32[B, 8, S, 32]"]
-    assert _types("RotaryEmbedding", {"x": tensor(F32, "B", "S", 64), "cos": tensor(F32, 99, 4),
-                                      "sin": tensor(F32, 99, 4)}, num_heads=8) == \
+    assert node_types("Attention", four_d) == ["f32[B, 8, S, 32]"]
+    assert node_types("RotaryEmbedding", {"x": tensor(F32, "B", "S", 64), "cos": tensor(F32, 99, 4),
+                                          "sin": tensor(F32, 99, 4)}, num_heads=8) == \
         ["f32[B, S, 64]"]
     linear = {"q": tensor(F32, "B", "T", 64), "k": tensor(F32, "B", "T", 32),
               "v": tensor(F32, "B", "T", 48)}
-    assert _types("LinearAttention", linear, 2, q_num_heads=8, kv_num_heads=4,
-                  update_rule="linear") == ["f32[B, T, 96]", "f32[B, 4, 8, 12]"]
+    assert node_types("LinearAttention", linear, 2, q_num_heads=8, kv_num_heads=4,
+                      update_rule="linear") == ["f32[B, T, 96]", "f32[B, 4, 8, 12]"]
 
 
 @pytest.mark.parametrize("inputs, attrs, message", [
@@ -201,25 +171,25 @@ def test_attention_shapes_with_heads_cache_and_symbols():
 ])
 def test_inconsistent_attention_inputs_are_shape_errors(inputs, attrs, message):
     with pytest.raises(ShapeError, match=message):
-        _graph("Attention", inputs, **attrs)
+        node_graph("Attention", inputs, **attrs)
 
 
 def test_attention_matches_plain_numpy_with_causal_mask_and_grouped_heads():
     q = RNG.standard_normal((2, 4, 3, 8))
     k, v = RNG.standard_normal((2, 2, 5, 8)), RNG.standard_normal((2, 2, 5, 6))
     k_full, v_full = k.repeat(2, axis=1), v.repeat(2, axis=1)
-    np.testing.assert_allclose(_run("Attention", {"q": q, "k": k, "v": v}),
+    np.testing.assert_allclose(run_named("Attention", {"q": q, "k": k, "v": v}),
                                _sdpa(q, k_full, v_full))
     # Causal with 5 keys and 3 queries is bottom-right aligned only with a cache; without
     # one query i sees keys 0..i.
     causal = np.where(np.tril(np.ones((3, 5), bool)), 0.0, -np.inf)
-    np.testing.assert_allclose(_run("Attention", {"q": q, "k": k, "v": v}, is_causal=1),
+    np.testing.assert_allclose(run_named("Attention", {"q": q, "k": k, "v": v}, is_causal=1),
                                _sdpa(q, k_full, v_full, causal))
     # A past cache shifts the frontier: query i sees the 2 cached keys and new keys 0..i.
     past_k, past_v = k[:, :, :2], v[:, :, :2]
-    y, present_k, _ = _run("Attention", {"q": q, "k": k[:, :, 2:], "v": v[:, :, 2:],
-                                         "mask": None, "pk": past_k, "pv": past_v},
-                           outputs=3, is_causal=1)
+    y, present_k, _ = run_named("Attention", {"q": q, "k": k[:, :, 2:], "v": v[:, :, 2:],
+                                              "mask": None, "pk": past_k, "pv": past_v},
+                                outputs=3, is_causal=1)
     np.testing.assert_array_equal(present_k, k)
     shifted = np.where(np.tril(np.ones((3, 5), bool), k=2), 0.0, -np.inf)
     np.testing.assert_allclose(y, _sdpa(q, k_full, v_full, shifted))
@@ -228,7 +198,7 @@ def test_attention_matches_plain_numpy_with_causal_mask_and_grouped_heads():
 def test_attention_fully_masked_rows_are_zero():
     q, k, v = (RNG.standard_normal((1, 1, 2, 4)).astype(np.float32) for _ in range(3))
     mask = np.array([[True, True], [False, False]])
-    y = _run("Attention", {"q": q, "k": k, "v": v, "mask": mask})
+    y = run_named("Attention", {"q": q, "k": k, "v": v, "mask": mask})
     assert np.all(y[0, 0, 1] == 0) and np.all(np.isfinite(y))
 
 
@@ -236,7 +206,7 @@ def test_rotary_embedding_rotates_complex_pairs():
     x = RNG.standard_normal((1, 2, 3, 8)).astype(np.float32)  # (batch, heads, sequence, size)
     angles = RNG.uniform(0, np.pi, (3, 4))
     cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-    y = _run("RotaryEmbedding", {"x": x, "cos": cos[None], "sin": sin[None]}, interleaved=1)
+    y = run_named("RotaryEmbedding", {"x": x, "cos": cos[None], "sin": sin[None]}, interleaved=1)
     pairs = x[..., 0::2] + 1j * x[..., 1::2]
     rotated = pairs * np.exp(1j * angles)[None, None]
     np.testing.assert_allclose(y[..., 0::2] + 1j * y[..., 1::2], rotated, atol=1e-5)
@@ -244,8 +214,8 @@ def test_rotary_embedding_rotates_complex_pairs():
 
 def test_linear_attention_linear_rule_is_causal_unnormalized_attention():
     q, k, v = (RNG.standard_normal((1, 5, 8)).astype(np.float32) for _ in range(3))
-    out, state = _run("LinearAttention", {"q": q, "k": k, "v": v}, outputs=2, q_num_heads=2,
-                      kv_num_heads=2, update_rule="linear")
+    out, state = run_named("LinearAttention", {"q": q, "k": k, "v": v}, outputs=2, q_num_heads=2,
+                           kv_num_heads=2, update_rule="linear")
     q4, k4, v4 = (a.reshape(1, 5, 2, 4).transpose(0, 2, 1, 3) for a in (q, k, v))
     scores = np.tril(q4 @ np.swapaxes(k4, -1, -2)) / 2.0  # scale 1/sqrt(4)
     expected = (scores @ v4).transpose(0, 2, 1, 3).reshape(1, 5, 8)
@@ -256,5 +226,5 @@ def test_linear_attention_linear_rule_is_causal_unnormalized_attention():
 def test_linear_attention_rule_inputs_are_checked():
     q = np.zeros((1, 2, 4), np.float32)
     with pytest.raises(EmberError, match="needs decay input"):
-        _run("LinearAttention", {"q": q, "k": q, "v": q}, outputs=2, q_num_heads=1,
-             kv_num_heads=1, update_rule="gated")
+        run_named("LinearAttention", {"q": q, "k": q, "v": q}, outputs=2, q_num_heads=1,
+                  kv_num_heads=1, update_rule="gated")
