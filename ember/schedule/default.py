@@ -5,7 +5,10 @@ For every top-level loop nest of a lowered kernel:
 * the outer spatial loops are fused until there are enough iterations to share among threads,
   and the fused loop runs in parallel when the nest does enough work to pay for a fork/join;
 * the innermost loop of the nest is vectorized when its body is a plain store (an elementwise
-  or broadcast computation), so that codegen emits SIMD code for it.
+  or broadcast computation), so that codegen emits SIMD code for it;
+* an accumulation nest (matrix product, convolution) that does enough work is register tiled
+  (``cache_accumulator``): a few rows by two vectors of output accumulate in registers across
+  the reduction loops.
 
 Only loops whose iterations store to distinct locations run in parallel or vectorized; a
 reduction into a scalar accumulator (a kernel with a scalar output) stays serial.
@@ -25,6 +28,10 @@ PARALLEL_MIN_OUTER = 8        # iterations of the parallel loop: enough to balan
 
 CHUNK = 1024  # elements per parallel task when a flat loop is split for threads
 COLUMN_BLOCK = 256  # output columns per block in accumulation nests (a 1 KiB row of floats)
+# Register tiling of accumulation nests (see schedule/tiling.py) pays from this much work
+# (iterations of the nest) and this many reduction terms per output element.
+REGISTER_TILE_MIN_WORK = 1 << 17
+REGISTER_TILE_MIN_REDUCTION = 8
 
 
 def default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
@@ -60,7 +67,22 @@ def default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
                 # B) stays in cache while every row accumulates against it.
                 block, inner_name = schedule.split(inner_name, COLUMN_BLOCK)
                 outer_names = [block] + outer_names
-            schedule.reorder(*outer_names, *[l.var.name for l in reduce_loops], inner_name)
+            reduce_names = [l.var.name for l in reduce_loops]
+            row = _register_tile_row(chain, spatial, reduce_loops, inner)
+            if row is not None:
+                # Register tiling: a rows x cols tile of the output accumulates in registers
+                # across the reduction loops (see schedule/tiling.py).
+                col_extent = _extent(schedule.get_loop(inner_name))
+                rows, cols = _register_tile_shape(col_extent, target.lanes_for(
+                    innermost.body.buffer.dtype))
+                others = [n for n in outer_names if n != row.var.name]
+                schedule.reorder(*others, row.var.name, *reduce_names, inner_name)
+                row_tiles, _ = schedule.cache_accumulator(row.var.name, inner_name, rows, cols)
+                done = _parallelize_names(schedule, others, parallel_worthy)
+                if parallel_worthy and not done and _extent(row) // rows >= 2:
+                    schedule.parallel(row_tiles)
+                continue
+            schedule.reorder(*outer_names, *reduce_names, inner_name)
             _parallelize_names(schedule, outer_names, parallel_worthy)
             if _extent(inner) >= 4:
                 schedule.vectorize(inner_name)
@@ -95,10 +117,11 @@ def _is_reduce(loop: For) -> bool:
     return bool(dict(loop.annotations).get("reduce"))
 
 
-def _parallelize_outer(schedule: Schedule, loops: list[For], worthy: bool) -> None:
-    """Fuse the leading loops until there are enough iterations, then run them in parallel."""
+def _parallelize_outer(schedule: Schedule, loops: list[For], worthy: bool) -> bool:
+    """Fuse the leading loops until there are enough iterations, then run them in parallel
+    (returns whether a loop became parallel)."""
     if not worthy or not loops:
-        return
+        return False
     name, extent = loops[0].var.name, _extent(loops[0])
     for following in loops[1:]:
         if extent >= PARALLEL_MIN_OUTER:
@@ -107,11 +130,48 @@ def _parallelize_outer(schedule: Schedule, loops: list[For], worthy: bool) -> No
         extent *= _extent(following)
     if extent >= 2:
         schedule.parallel(name)
+        return True
+    return False
 
 
-def _parallelize_names(schedule: Schedule, names: list[str], worthy: bool) -> None:
+def _parallelize_names(schedule: Schedule, names: list[str], worthy: bool) -> bool:
     """Like :func:`_parallelize_outer`, for loops given by name (after a split)."""
-    _parallelize_outer(schedule, [schedule.get_loop(n) for n in names], worthy)
+    return _parallelize_outer(schedule, [schedule.get_loop(n) for n in names], worthy)
+
+
+def _register_tile_row(chain: list[For], spatial: list[For], reduce_loops: list[For],
+                       inner: For) -> For | None:
+    """The output loop to tile in rows when register tiling the accumulation nest ``chain``
+    pays (else None): the innermost outer output loop that the vector operands (the loads
+    indexed by the innermost output loop) do not depend on, so that every row of a tile reuses
+    them; the nest must do enough work and reduce over enough terms."""
+    from ember.ir.loop.expr import Load
+    from ember.ir.loop.functor import walk
+
+    if _work(chain[0]) < REGISTER_TILE_MIN_WORK or _extent(inner) < 4:
+        return None
+    reduction = 1
+    for l in reduce_loops:
+        reduction *= max(_extent(l), 1)
+    if reduction < REGISTER_TILE_MIN_REDUCTION:
+        return None
+    store = chain[-1].body
+    vector_loads = [n for n in walk(store.value) if isinstance(n, Load) and
+                    n.buffer != store.buffer and expr_uses(n.index, inner.var)]
+    for loop in reversed(spatial[:-1]):
+        if _extent(loop) >= 2 and not any(expr_uses(n.index, loop.var) for n in vector_loads):
+            return loop
+    return None
+
+
+def _register_tile_shape(col_extent: int, lanes: int) -> tuple[int, int]:
+    """Rows x columns of a register tile: 2 vectors wide and 6 rows (12 accumulator vectors
+    plus 2 operand vectors and a broadcast fit 16 registers), narrower for short rows."""
+    if col_extent >= 2 * lanes:
+        return 6, 2 * lanes
+    if col_extent >= lanes:
+        return 8, lanes
+    return 8, col_extent
 
 
 def _extent(loop: For) -> int:

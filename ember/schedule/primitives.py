@@ -6,7 +6,8 @@ schedule's :class:`Trace`, and ``Trace.replay(func)`` applies the same steps to 
 the function, which is how a tuner stores and reuses a schedule.
 
 Primitives: ``split`` (with a guarded or a peeled tail), ``reorder``, ``fuse``, ``parallel``,
-``vectorize``, ``unroll``.
+``vectorize``, ``unroll``, and ``cache_accumulator`` (register tiling of an accumulation nest,
+see :mod:`ember.schedule.tiling`).
 """
 
 from __future__ import annotations
@@ -208,6 +209,16 @@ class Schedule:
     def unroll(self, name: str) -> None:
         self._set_kind(name, ForKind.UNROLLED)
         self._record("unroll", name)
+
+    def cache_accumulator(self, row: str, col: str, rows: int, cols: int) -> tuple[str, str]:
+        """Register-tile the accumulation nest ``row`` / reduction loops / ``col``: tiles of
+        ``rows`` x ``cols`` output elements accumulate in a ``local`` buffer (loaded from the
+        output before the reduction loops, stored back after them); tails are peeled.
+        Returns the row-tile and column-tile loops (``row_o``, ``col_o``); see
+        :mod:`ember.schedule.tiling`."""
+        from ember.schedule.tiling import cache_accumulator
+
+        return cache_accumulator(self, row, col, rows, cols)
 
 
 def _const_extent(loop: For, func_name: str) -> int:
