@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,10 +229,6 @@ def _plan_workspace(g: Graph) -> tuple[dict[str, int], int]:
                  for name in first]
     plan = plan_memory(intervals)
     return plan.offsets, plan.workspace_size
-
-
-def copy_graph(graph: Graph) -> Graph:
-    return copy.deepcopy(graph)
 
 
 def describe_value(g: Graph, name: str) -> dict[str, Any]:

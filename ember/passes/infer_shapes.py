@@ -32,11 +32,16 @@ _FOLDABLE = {
 _MAX_FOLD_ELEMENTS = 4096
 
 
-def infer_shapes(graph: Graph, outer_known: dict[str, Any] | None = None) -> Graph:
-    """Fill ``graph.types`` for every value (in place; also returns the graph)."""
+def infer_shapes(graph: Graph, outer_known: dict[str, Any] | None = None,
+                 outer_types: dict[str, ValueType | None] | None = None) -> Graph:
+    """Fill ``graph.types`` for every value (in place; also returns the graph).
+
+    ``outer_known``/``outer_types`` are the known values and types of enclosing graphs, for
+    subgraphs (If/Loop/Scan bodies), which may read those values by name.
+    """
     known: dict[str, Any] = dict(outer_known or {})
     known.update({k: v for k, v in graph.constants.items() if _small(v)})
-    outer_types = dict(known.get("__types__", {}))
+    outer_types = dict(outer_types or {})
     types = {**outer_types, **graph.types}
     for node in graph.nodes:
         _infer_node(graph, node, types, known)
@@ -62,10 +67,8 @@ def _infer_node(graph: Graph, node: Node, types: dict[str, ValueType | None],
         for name, vtype in zip(body.inputs, body_input_types):
             if vtype is not None and body.types.get(name) is None:
                 body.types[name] = vtype
-        scope_known = dict(known)
-        scope_known["__types__"] = types
         try:
-            infer_shapes(body, scope_known)
+            infer_shapes(body, known, types)
         except ShapeError:
             # A body may be invalid for shapes it never runs with (the untaken If branch):
             # its outputs are then simply unknown; running it would report the real error.

@@ -127,10 +127,9 @@ class CompiledModel:
             status = self._lib.ember_run(in_ptrs, out_ptrs, self._weights.ctypes.data,
                                          self._workspace.ctypes.data, self._host_callback, None)
             if status != 0:
-                error = self._host_error
-                self._host_error = None
-                if isinstance(error, Exception) and hasattr(error, "args"):
-                    raise error
+                error, self._host_error = self._host_error, None
+                if error is not None:
+                    raise error  # what a fallback node raised, re-raised in the caller
                 raise ExecutionError(f"compiled model '{self.path.name}' failed with status "
                                      f"{status}")
         return {o["name"]: arr for o, arr in zip(self.outputs, outputs)}
