@@ -271,7 +271,7 @@ def check_conv_channels(ctx: Context, x_channels: Dim, w_shape: Sequence[Dim] | 
         raise ctx.error(f"W has {m} output channels, not divisible by group={group}")
 
 
-def _kernel_of(ctx: Context, attrs: dict, w_shape: Sequence[Dim] | None) -> list[Dim] | None:
+def kernel_of(ctx: Context, attrs: dict, w_shape: Sequence[Dim] | None) -> list[Dim] | None:
     kernel = attrs.get("kernel_shape")
     if kernel is not None:
         kernel = [int(k) for k in kernel]
@@ -315,7 +315,7 @@ def _conv_type(ctx: InferContext, x_index: int, w_index: int, dtype: DType | Non
     if x is None:
         return [None]
     dtype = dtype or x.dtype
-    kernel = _kernel_of(ctx, ctx.attrs, w.shape if w is not None else None)
+    kernel = kernel_of(ctx, ctx.attrs, w.shape if w is not None else None)
     rank = spatial_rank(ctx, x, w, kernel)
     if rank is None:
         return [TensorType(dtype, None)]
@@ -342,7 +342,7 @@ def run_conv(ctx: RefContext, x: np.ndarray, w: np.ndarray, attrs: dict,
         raise ctx.error(f"X {x.shape} and W {w.shape} must both have rank >= 3 and equal rank")
     group = int(attrs["group"])
     check_conv_channels(ctx, x.shape[1], w.shape, group)
-    kernel = _kernel_of(ctx, attrs, w.shape)
+    kernel = kernel_of(ctx, attrs, w.shape)
     window = Window.from_attrs(ctx, kernel, attrs)
     plan = window.plan(ctx, x.shape[2:])
     return conv_core(x, w, window, plan, group, acc_dtype)
@@ -410,7 +410,7 @@ class TransposePlan:
     crop_begin: tuple[int | None, ...]
 
 
-def _transpose_plan(ctx: Context, in_dims: Sequence[Dim], window: Window,
+def transpose_plan(ctx: Context, in_dims: Sequence[Dim], window: Window,
                     output_padding: Sequence[int], output_shape: Sequence[int] | None
                     ) -> TransposePlan:
     rank = window.rank
@@ -446,7 +446,7 @@ def _transpose_plan(ctx: Context, in_dims: Sequence[Dim], window: Window,
     return TransposePlan(tuple(out), tuple(crops))
 
 
-def _transpose_window(ctx: Context, attrs: dict, kernel: Sequence[int]
+def transpose_window(ctx: Context, attrs: dict, kernel: Sequence[int]
                       ) -> tuple[Window, tuple[int, ...]]:
     window = Window.from_attrs(ctx, kernel, attrs)
     output_padding = attrs.get("output_padding")
@@ -466,7 +466,7 @@ def _conv_transpose_type(ctx: InferContext) -> list[ValueType | None]:
     if x is None:
         return [None]
     w_shape = w.shape if w is not None else None
-    kernel = _kernel_of(ctx, ctx.attrs, w_shape)
+    kernel = kernel_of(ctx, ctx.attrs, w_shape)
     rank = spatial_rank(ctx, x, w, kernel)
     if rank is None:
         return [TensorType(x.dtype, None)]
@@ -481,8 +481,8 @@ def _conv_transpose_type(ctx: InferContext) -> list[ValueType | None]:
         m = w_shape[1] * group if w_shape[1] is not None else None
     if kernel is None or any(not isinstance(k, int) for k in kernel):
         return [TensorType(x.dtype, (x_shape[0], m) + (None,) * rank)]
-    window, output_padding = _transpose_window(ctx, ctx.attrs, kernel)
-    plan = _transpose_plan(ctx, x_shape[2:], window, output_padding,
+    window, output_padding = transpose_window(ctx, ctx.attrs, kernel)
+    plan = transpose_plan(ctx, x_shape[2:], window, output_padding,
                            ctx.attrs.get("output_shape"))
     return [TensorType(x.dtype, (x_shape[0], m) + plan.out)]
 
@@ -528,9 +528,9 @@ def conv_transpose(ctx, x, w, b=None, *, group, output_shape, **window_attrs):
     if c != w.shape[0] or c % group:
         raise ctx.error(f"input has {c} channels; W {w.shape} expects {w.shape[0]} and they "
                         f"must divide into group={group}")
-    kernel = _kernel_of(ctx, window_attrs, w.shape)
-    window, out_pad = _transpose_window(ctx, window_attrs, kernel)
-    plan = _transpose_plan(ctx, x.shape[2:], window, out_pad, output_shape)
+    kernel = kernel_of(ctx, window_attrs, w.shape)
+    window, out_pad = transpose_window(ctx, window_attrs, kernel)
+    plan = transpose_plan(ctx, x.shape[2:], window, out_pad, output_shape)
     acc = compute_dtype(x.dtype)
     m_group = w.shape[1]
     grid = x.shape[2:]
@@ -646,7 +646,7 @@ def deform_conv(ctx, x, w, offset, b=None, mask=None, *, group, offset_group,
     """Deformable convolution: kernel taps sampled (bilinearly) at learned offsets."""
     n, c = x.shape[:2]
     check_conv_channels(ctx, c, w.shape, group)
-    kernel = _kernel_of(ctx, window_attrs, w.shape)
+    kernel = kernel_of(ctx, window_attrs, w.shape)
     window = Window.from_attrs(ctx, kernel, window_attrs)
     out = tuple(offset.shape[2:])
     rank, taps = window.rank, int(np.prod(kernel))

@@ -302,7 +302,7 @@ def unsqueeze(ctx, data, axes):
 # ----------------------------------------------------------------------------- Transpose
 
 
-def _permutation(ctx: Ctx, perm: list[int] | None, rank: int) -> list[int]:
+def permutation(ctx: Ctx, perm: list[int] | None, rank: int) -> list[int]:
     if perm is None:
         return list(reversed(range(rank)))
     if sorted(perm) != list(range(rank)):
@@ -315,14 +315,14 @@ def _infer_transpose(ctx: InferContext) -> list[ValueType | None]:
     if data.shape is None:
         perm = ctx.attrs["perm"]
         return [TensorType(data.dtype, None if perm is None else unknown_dims(len(perm)))]
-    perm = _permutation(ctx, ctx.attrs["perm"], len(data.shape))
+    perm = permutation(ctx, ctx.attrs["perm"], len(data.shape))
     return [TensorType(data.dtype, tuple(data.shape[p] for p in perm))]
 
 
 @op("Transpose", family="shape", infer=_infer_transpose, attrs={"perm": Attr.ints(None)})
 def transpose(ctx, data, *, perm):
     """data with its axes permuted by ``perm`` (reversed when absent)."""
-    return np.transpose(data, _permutation(ctx, perm, data.ndim))
+    return np.transpose(data, permutation(ctx, perm, data.ndim))
 
 
 # ----------------------------------------------------------------------------- Shape, Size
@@ -474,7 +474,7 @@ def split(ctx, data, split=None, *, axis, num_outputs):
 # ----------------------------------------------------------------------------- Slice
 
 
-def _slice_spec(ctx: Ctx, rank: int, starts: list[Dim], ends: list[Dim],
+def slice_spec(ctx: Ctx, rank: int, starts: list[Dim], ends: list[Dim],
                 axes: list[int] | None, steps: list[int] | None) -> list[tuple[int, Dim, Dim, int]]:
     """(axis, start, end, step) per sliced axis, checked against each other."""
     count = len(starts)
@@ -491,7 +491,7 @@ def _slice_spec(ctx: Ctx, rank: int, starts: list[Dim], ends: list[Dim],
     return list(zip(axes, starts, ends, steps))
 
 
-def _slice_bounds(dim: int, start: int, end: int, step: int) -> tuple[int, int]:
+def slice_bounds(dim: int, start: int, end: int, step: int) -> tuple[int, int]:
     """start/end made non-negative and clamped as ONNX specifies (end may become -1)."""
     start = start + dim if start < 0 else start
     end = end + dim if end < 0 else end
@@ -507,7 +507,7 @@ def _slice_length(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
     ``x[::-1]``): a partial one depends on whether the dim is smaller than its bounds.
     """
     if isinstance(dim, int) and isinstance(start, int) and isinstance(end, int):
-        start, end = _slice_bounds(dim, start, end, step)
+        start, end = slice_bounds(dim, start, end, step)
         return max(0, -(-(end - start) // step))
     if dim is None:
         return None
@@ -551,7 +551,7 @@ def _infer_slice(ctx: InferContext) -> list[ValueType | None]:
                                                  for i, d in enumerate(data.shape)))]
         return [TensorType(data.dtype, unknown_dims(rank))]
     dims = list(data.shape)
-    for axis, start, end, step in _slice_spec(ctx, rank, starts, ends, axes, steps):
+    for axis, start, end, step in slice_spec(ctx, rank, starts, ends, axes, steps):
         dims[axis] = _slice_length(data.shape[axis], start, end, step)
     return [TensorType(data.dtype, tuple(dims))]
 
@@ -559,13 +559,13 @@ def _infer_slice(ctx: InferContext) -> list[ValueType | None]:
 @op("Slice", family="shape", infer=_infer_slice)
 def slice_(ctx, data, starts, ends, axes=None, steps=None):
     """The elements of data from ``starts`` to ``ends`` (exclusive) by ``steps`` along ``axes``."""
-    spec = _slice_spec(ctx, data.ndim, int_list(ctx, starts, "starts"),
+    spec = slice_spec(ctx, data.ndim, int_list(ctx, starts, "starts"),
                        int_list(ctx, ends, "ends"),
                        None if axes is None else int_list(ctx, axes, "axes"),
                        None if steps is None else int_list(ctx, steps, "steps"))
     index = [slice(None)] * data.ndim
     for axis, start, end, step in spec:
-        start, end = _slice_bounds(data.shape[axis], start, end, step)
+        start, end = slice_bounds(data.shape[axis], start, end, step)
         index[axis] = slice(start, end if end >= 0 else None, step)
     return data[tuple(index)]
 
@@ -636,7 +636,7 @@ def tile(ctx, data, repeats):
 _PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 
-def _pad_widths(ctx: Ctx, rank: int, pads: list[int], axes: list[int] | None
+def pad_widths(ctx: Ctx, rank: int, pads: list[int], axes: list[int] | None
                 ) -> list[tuple[int, int]]:
     """(before, after) per axis from ONNX pads ``[b_1, ..., b_n, e_1, ..., e_n]``."""
     axes = list(range(rank)) if axes is None else normalize_axes(ctx, axes, rank)
@@ -671,7 +671,7 @@ def _infer_pad(ctx: InferContext) -> list[ValueType | None]:
         touched = set(range(rank) if axes is None else normalize_axes(ctx, axes, rank))
         return [TensorType(data.dtype, tuple(None if i in touched else d
                                              for i, d in enumerate(data.shape)))]
-    widths = _pad_widths(ctx, rank, pads, axes)
+    widths = pad_widths(ctx, rank, pads, axes)
     return [TensorType(data.dtype, tuple(_padded_dim(ctx, d, b, a)
                                          for d, (b, a) in zip(data.shape, widths)))]
 
@@ -688,7 +688,7 @@ def _fill_value(data: np.ndarray, constant_value: np.ndarray | None) -> object:
 def pad(ctx, data, pads, constant_value=None, axes=None, *, mode):
     """data padded (negative pads crop) with a constant, its reflection, edge or wrap-around."""
     check_attr(ctx, "mode", mode, _PAD_MODES)
-    widths = _pad_widths(ctx, data.ndim, int_list(ctx, pads, "pads"),
+    widths = pad_widths(ctx, data.ndim, int_list(ctx, pads, "pads"),
                          None if axes is None else int_list(ctx, axes, "axes"))
     for dim, (before, after) in zip(data.shape, widths):
         _padded_dim(ctx, dim, before, after)

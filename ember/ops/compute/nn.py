@@ -37,10 +37,8 @@ from ember.ops.compute.reduce import (HALF_FLOATS, Reduction, absolute, broadcas
                                       compute_def, compute_dtype, extreme_index, float_dtype,
                                       logical_and, normalize_axis, ordered, reduce_stage,
                                       require_kernel_dtypes, widen)
-from ember.ops.conv import Window
-from ember.ops.conv import _kernel_of as kernel_of  # the references' own kernel resolution
-from ember.ops.conv import _transpose_plan as transpose_plan
-from ember.ops.conv import _transpose_window as transpose_window
+# The references' own window geometry, so compiled and numpy padding cannot drift apart.
+from ember.ops.conv import Window, kernel_of, transpose_plan, transpose_window
 from ember.ops.registry import NoCompute
 
 _FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.BFLOAT16)

@@ -33,7 +33,7 @@ from ember.ops.compute.elementwise import (NUMERIC, broadcast_load, convert, log
                                            require_dtypes)
 from ember.ops.registry import RefContext, compute_of, get_op
 # The references' own index rules (private there, shared on purpose: the two must agree).
-from ember.ops.shape import _pad_widths, _permutation, _slice_bounds, _slice_spec, int_list
+from ember.ops.shape import pad_widths, permutation, slice_bounds, slice_spec, int_list
 from ember.ops.shape_infer import normalize_axis
 
 # ----------------------------------------------------------------------------- helpers
@@ -124,7 +124,7 @@ def reshape(ctx, data, *_shape_inputs, **_attrs):
 @compute_of("Transpose")
 def transpose(ctx, data, *, perm):
     require_storable(data)
-    order = _permutation(ref_ctx(ctx), perm, data.ndim)
+    order = permutation(ref_ctx(ctx), perm, data.ndim)
 
     def body(*i: Expr) -> Expr:
         source: list[Expr] = [idx(0)] * data.ndim
@@ -252,12 +252,12 @@ def slice_(ctx, data, starts, ends, axes=None, steps=None):
     """out[..., i, ...] = data[..., start + i * step, ...] along each sliced axis, with the
     bounds clamped as the reference clamps them."""
     require_storable(data)
-    spec = _slice_spec(ref_ctx(ctx), data.ndim, constant_ints(ctx, 1), constant_ints(ctx, 2),
+    spec = slice_spec(ref_ctx(ctx), data.ndim, constant_ints(ctx, 1), constant_ints(ctx, 2),
                        optional_constant_ints(ctx, axes, 3),
                        optional_constant_ints(ctx, steps, 4))
     begin, stride = [0] * data.ndim, [1] * data.ndim
     for axis, start, end, step in spec:
-        begin[axis] = _slice_bounds(data.shape[axis], start, end, step)[0]
+        begin[axis] = slice_bounds(data.shape[axis], start, end, step)[0]
         stride[axis] = step
 
     def body(*i: Expr) -> Expr:
@@ -305,7 +305,7 @@ def _pad_source(index: Expr, axis: _PadAxis, mode: str) -> tuple[Expr, Expr]:
 def pad(ctx, data, pads, constant_value=None, axes=None, *, mode):
     require_storable(data, constant_value)
     require(mode in _PAD_MODES)
-    widths = _pad_widths(ref_ctx(ctx), data.ndim, constant_ints(ctx, 1),
+    widths = pad_widths(ref_ctx(ctx), data.ndim, constant_ints(ctx, 1),
                          optional_constant_ints(ctx, axes, 3))
     spec: list[_PadAxis] = []
     for dim, out_dim, (before, after) in zip(data.shape, out_shape(ctx), widths):
