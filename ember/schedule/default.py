@@ -24,6 +24,7 @@ from ember.schedule.primitives import Schedule, expr_uses, loop_nests, perfect_c
 
 PARALLEL_MIN_WORK = 1 << 15   # loop iterations (innermost statements) worth a fork/join
 PARALLEL_MIN_OUTER = 8        # iterations of the parallel loop: enough to balance 2+ threads
+PARALLEL_BALANCED = 16        # outer iterations below which the row tiles are shared instead
 
 
 CHUNK = 1024  # elements per parallel task when a flat loop is split for threads
@@ -78,7 +79,13 @@ def default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
                 others = [n for n in outer_names if n != row.var.name]
                 schedule.reorder(*others, row.var.name, *reduce_names, inner_name)
                 row_tiles, _ = schedule.cache_accumulator(row.var.name, inner_name, rows, cols)
-                done = _parallelize_names(schedule, others, parallel_worthy)
+                other_work = 1
+                for name in others:
+                    other_work *= _extent(schedule.get_loop(name))
+                # Parallelize the outer loops, unless they are too few to share evenly (the
+                # late layers of a CNN: a 7x7 output but 512 channels): then the row tiles.
+                done = other_work >= PARALLEL_BALANCED and \
+                    _parallelize_names(schedule, others, parallel_worthy)
                 if parallel_worthy and not done and _extent(row) // rows >= 2:
                     schedule.parallel(row_tiles)
                 continue
