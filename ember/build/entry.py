@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ember.ir.graph import Graph, Node
-from ember.ir.types import TensorType
 
 HEADER = """
 #include <stdint.h>
@@ -28,12 +27,6 @@ class EntryStep:
     kind: str  # "kernel" | "host"
     kernel_name: str | None
 
-
-def _nbytes(vtype: TensorType) -> int:
-    count = 1
-    for d in vtype.shape:
-        count *= int(d)
-    return count * vtype.dtype.itemsize
 
 
 def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, int],
@@ -83,7 +76,7 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
             continue
         source = pointer(name) if name not in produced else f"outputs[{output_index[name]}]"
         vtype = g.types[name]
-        lines.append(f"  memcpy(outputs[{j}], {source}, {_nbytes(vtype)});")
+        lines.append(f"  memcpy(outputs[{j}], {source}, {vtype.nbytes});")
     lines.append("  return 0;")
     lines.append("}")
     return "\n".join(lines) + "\n"

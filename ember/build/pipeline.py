@@ -205,12 +205,6 @@ def _layout_weights(constants: dict[str, np.ndarray]) -> tuple[dict[str, int], i
     return offsets, cursor
 
 
-def _nbytes(vtype: TensorType) -> int:
-    count = 1
-    for d in vtype.shape:
-        count *= int(d)
-    return count * vtype.dtype.itemsize
-
 
 def _plan_workspace(g: Graph) -> tuple[dict[str, int], int]:
     """Offsets of every intermediate (not an input, output or constant)."""
@@ -225,7 +219,7 @@ def _plan_workspace(g: Graph) -> tuple[dict[str, int], int]:
         for name in node_reads(node):
             if name in first:
                 last[name] = step
-    intervals = [Interval(name, _nbytes(g.types[name]), first[name], last[name])
+    intervals = [Interval(name, g.types[name].nbytes, first[name], last[name])
                  for name in first]
     plan = plan_memory(intervals)
     return plan.offsets, plan.workspace_size

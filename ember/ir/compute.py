@@ -214,6 +214,26 @@ def reduce_min(source: Expr, axis, condition: Expr | None = None) -> Reduce:
     return Reduce("min", source, _axes(axis), identity("min", source.dtype), condition)
 
 
+# 16-bit floats are stored as such but computed in float32 (rounded back on store), as the
+# numpy references do.
+NARROW_FLOATS = frozenset({DType.FLOAT16, DType.BFLOAT16})
+
+
+def compute_dtype(dtype: DType) -> DType:
+    """The type to compute a float value in: float32 for 16-bit floats, else ``dtype``."""
+    return DType.FLOAT32 if dtype in NARROW_FLOATS else dtype
+
+
+def cast(value: Expr, dtype: DType) -> Expr:
+    """``value`` converted to ``dtype`` (no node when it already has it)."""
+    return value if value.dtype == dtype else Cast(dtype, value)
+
+
+def widen(value: Expr) -> Expr:
+    """``value`` in its :func:`compute_dtype`."""
+    return cast(value, compute_dtype(value.dtype))
+
+
 def const_like(value: float | int | bool, dtype: DType) -> Const:
     """A constant of ``dtype`` (ints for integer types, floats for float types)."""
     if dtype == DType.BOOL:

@@ -26,6 +26,16 @@ class TensorType:
     def is_static(self) -> bool:
         return self.shape is not None and all(isinstance(d, int) for d in self.shape)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of a tensor of this (static) type."""
+        if not self.is_static:
+            raise ValueError(f"{self} has no static size")
+        count = 1
+        for d in self.shape:
+            count *= d
+        return count * self.dtype.itemsize
+
     def with_shape(self, shape) -> "TensorType":
         return TensorType(self.dtype, None if shape is None else tuple(shape))
 

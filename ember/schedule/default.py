@@ -19,8 +19,11 @@ It is deliberately simple; the tuner searches real schedules over the same primi
 from __future__ import annotations
 
 from ember.core.target import Target
-from ember.ir.loop.stmt import For, PrimFunc, Store
-from ember.schedule.primitives import Schedule, expr_uses, loop_nests, perfect_chain
+from ember.ir.loop.expr import Const, Load
+from ember.ir.loop.functor import walk
+from ember.ir.loop.stmt import Allocate, For, PrimFunc, Store
+from ember.schedule.primitives import (Schedule, expr_uses, is_reduction_loop, loop_nests,
+                                       perfect_chain)
 
 PARALLEL_MIN_WORK = 1 << 15   # loop iterations (innermost statements) worth a fork/join
 PARALLEL_MIN_OUTER = 8        # iterations of the parallel loop: enough to balance 2+ threads
@@ -54,8 +57,8 @@ def default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
             elif vectorizable:
                 schedule.vectorize(name)
             continue
-        reduce_loops = [l for l in chain if _is_reduce(l)]
-        spatial = [l for l in chain if not _is_reduce(l)]
+        reduce_loops = [l for l in chain if is_reduction_loop(l)]
+        spatial = [l for l in chain if not is_reduction_loop(l)]
         if reduce_loops and spatial and isinstance(innermost.body, Store):
             # Accumulation into the output (lowering chose it because the innermost output
             # loop walks memory contiguously): move the reduction loops outside that loop and
@@ -112,16 +115,10 @@ def _independent(loop: For) -> bool:
     """Whether the iterations of ``loop`` write disjoint memory, as PARALLEL and VECTORIZED
     promise: every store to memory that outlives an iteration is indexed by the loop variable.
     A scalar accumulator (a reduction to a single value: ``acc[0] = acc[0] + x[k]``) is not."""
-    from ember.ir.loop.functor import walk
-    from ember.ir.loop.stmt import Allocate
 
     private = {n.buffer for n in walk(loop.body) if isinstance(n, Allocate)}
     return all(expr_uses(n.index, loop.var) for n in walk(loop.body)
                if isinstance(n, Store) and n.buffer not in private)
-
-
-def _is_reduce(loop: For) -> bool:
-    return bool(dict(loop.annotations).get("reduce"))
 
 
 def _parallelize_outer(schedule: Schedule, loops: list[For], worthy: bool) -> bool:
@@ -152,8 +149,6 @@ def _register_tile_row(chain: list[For], spatial: list[For], reduce_loops: list[
     pays (else None): the innermost outer output loop that the vector operands (the loads
     indexed by the innermost output loop) do not depend on, so that every row of a tile reuses
     them; the nest must do enough work and reduce over enough terms."""
-    from ember.ir.loop.expr import Load
-    from ember.ir.loop.functor import walk
 
     if _work(chain[0]) < REGISTER_TILE_MIN_WORK or _extent(inner) < 4:
         return None
@@ -182,14 +177,12 @@ def _register_tile_shape(col_extent: int, lanes: int) -> tuple[int, int]:
 
 
 def _extent(loop: For) -> int:
-    from ember.ir.loop.expr import Const
 
     return int(loop.extent.value) if isinstance(loop.extent, Const) else 0
 
 
 def _work(loop: For) -> int:
     """Iterations of the innermost statements of a nest (product of loop extents)."""
-    from ember.ir.loop.functor import walk
 
     total = 1
     for node in walk(loop):

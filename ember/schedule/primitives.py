@@ -240,6 +240,11 @@ def loop_nests(body: Stmt) -> list[For]:
     return []
 
 
+def is_reduction_loop(loop: For) -> bool:
+    """Whether lowering annotated ``loop`` as a reduction (its iterations accumulate)."""
+    return bool(dict(loop.annotations).get("reduce"))
+
+
 def perfect_chain(loop: For) -> list[For]:
     """The loops perfectly nested from ``loop`` down (each body is exactly the next For)."""
     chain = [loop]

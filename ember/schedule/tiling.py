@@ -41,10 +41,6 @@ if TYPE_CHECKING:
     from ember.schedule.primitives import Schedule
 
 
-def _is_reduce(loop: For) -> bool:
-    return bool(dict(loop.annotations).get("reduce"))
-
-
 def affine_coefficients(expr: Expr) -> dict[Var | None, int] | None:
     """``expr`` as ``{var: coefficient, None: constant}`` if it is an integer affine
     combination of variables (sums, differences, products by constants), else None."""
@@ -77,7 +73,7 @@ def cache_accumulator(schedule: "Schedule", row: str, col: str, rows: int,
                       cols: int) -> tuple[str, str]:
     """Rewrite the nest ``row`` / reduction loops / ``col`` (see the module docstring).
     Returns the names of the row-tile and column-tile loops."""
-    from ember.schedule.primitives import ScheduleError, _const_extent
+    from ember.schedule.primitives import ScheduleError, _const_extent, is_reduction_loop
 
     fname = schedule.func.name
 
@@ -97,7 +93,7 @@ def cache_accumulator(schedule: "Schedule", row: str, col: str, rows: int,
         raise fail(f"'{col}' must be perfectly nested inside '{row}' with reduction loops "
                    "between them")
     reduce_loops = chain[1:-1]
-    if not all(_is_reduce(l) for l in reduce_loops):
+    if not all(is_reduction_loop(l) for l in reduce_loops):
         raise fail("every loop between them must be a reduction loop (@reduce)")
     store = col_loop.body
     if not isinstance(store, Store) or store.mask is not None or store.index.lanes != 1:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import random
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "lower"))
 
-from loop_interpreter import eval_expr, normalize, run  # noqa: E402
+from loop_interpreter import eval_expr, expect, normalize, run  # noqa: E402
 
 from ember.core.dtypes import DType  # noqa: E402
 from ember.core.errors import VerificationError  # noqa: E402
@@ -26,10 +25,6 @@ from ember.ir.loop import (INDEX, Allocate, Binary, Broadcast, Buffer, Call, Cas
 
 F32, F64, I32, I64, U8, I8, BOOL = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64,
                                     DType.UINT8, DType.INT8, DType.BOOL)
-
-
-def expect(node, text: str) -> None:
-    assert str(node) == textwrap.dedent(text).strip()
 
 
 def c(value, dtype=INDEX) -> Const:

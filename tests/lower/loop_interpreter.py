@@ -31,6 +31,8 @@ floats) so that reading it before writing shows in the results.
 
 from __future__ import annotations
 
+import textwrap
+
 import itertools
 import math
 import struct
@@ -777,3 +779,8 @@ def case_elementwise() -> ComputeCase:
 
 CASES = {"matmul": case_matmul, "conv": case_conv, "softmax": case_softmax, "rms": case_rms,
          "cummax": case_masked_max, "total": case_total, "leaky": case_elementwise}
+
+
+def expect(node, text: str) -> None:
+    """The printed IR of ``node`` is exactly ``text`` (dedented): the Before/Expected oracle."""
+    assert str(node) == textwrap.dedent(text).strip()

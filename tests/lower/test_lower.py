@@ -4,7 +4,6 @@ executed by the reference interpreter (``loop_interpreter``) against numpy."""
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from loop_interpreter import (CASES, IndependenceError, InterpreterError,  # noqa: E402
+from loop_interpreter import (CASES, IndependenceError, InterpreterError, expect,  # noqa: E402
                               binary_op, cast_value, eval_expr, run, run_outputs)
 
 from ember.core.dtypes import DType  # noqa: E402
@@ -25,10 +24,6 @@ from ember.lower import LoweringError, lower_compute  # noqa: E402
 from ember.lower.lower import local_stride  # noqa: E402
 
 F32, I32, I8 = DType.FLOAT32, DType.INT32, DType.INT8
-
-
-def expect(func, text: str) -> None:
-    assert str(func) == textwrap.dedent(text).strip()
 
 
 # ----------------------------------------------------------------------------- printed IR

@@ -6,7 +6,6 @@ iterations)."""
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "lower"))
 
-from loop_interpreter import CASES, run_outputs  # noqa: E402
+from loop_interpreter import CASES, expect, run_outputs  # noqa: E402
 
 import ember.schedule.default as default  # noqa: E402
 from ember.core.dtypes import DType  # noqa: E402
@@ -27,10 +26,6 @@ from ember.schedule.default import default_schedule  # noqa: E402
 
 F32 = DType.FLOAT32
 TARGET = Target.parse("x86_64")
-
-
-def expect(func, text: str) -> None:
-    assert str(func) == textwrap.dedent(text).strip()
 
 
 def kinds(func) -> dict[str, ForKind]:

@@ -5,7 +5,6 @@ have independent iterations), traces, and errors."""
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "lower"))
 
-from loop_interpreter import CASES, IndependenceError, run_outputs  # noqa: E402
+from loop_interpreter import CASES, IndependenceError, expect, run_outputs  # noqa: E402
 
 from ember.core.dtypes import DType  # noqa: E402
 from ember.ir.loop import (INDEX, Allocate, Buffer, Const, For, ForKind, Load,  # noqa: E402
@@ -22,10 +21,6 @@ from ember.schedule import Schedule, ScheduleError, Step, Trace  # noqa: E402
 from ember.schedule.primitives import expr_uses, loop_nests, perfect_chain  # noqa: E402
 
 F32 = DType.FLOAT32
-
-
-def expect(func, text: str) -> None:
-    assert str(func) == textwrap.dedent(text).strip()
 
 
 def increment(start: int = 0, extent: int = 10, kind: ForKind = ForKind.SERIAL) -> PrimFunc:

@@ -26,10 +26,11 @@ from typing import Callable, Sequence
 
 import ember.ops.families  # noqa: F401  (registers the ops these definitions attach to)
 from ember.core.dtypes import DType
-from ember.ir.compute import (ComputeContext, Tensor, compute, const_like, reduce_axis,
-                              reduce_prod)
+from ember.ir.compute import (ComputeContext, Tensor, compute, const_like,
+                              reduce_axis, reduce_prod, widen)
 from ember.ir.loop.expr import (INDEX, Binary, Cast, Const, Expr, Select, Unary, call, maximum,
                                 minimum)
+from ember.ops.elementwise import is_integer
 from ember.ops.registry import NoCompute, compute_of
 
 # Element types compiled kernels compute on (the others never get here: the pipeline runs
@@ -38,7 +39,6 @@ NUMERIC = frozenset({
     DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.BFLOAT16, DType.INT8, DType.INT16,
     DType.INT32, DType.INT64, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64, DType.BOOL,
 })
-NARROW_FLOATS = frozenset({DType.FLOAT16, DType.BFLOAT16})
 
 Fn = Callable[..., Expr]
 
@@ -82,11 +82,6 @@ def elementwise(ctx: ComputeContext, operands: Sequence[Tensor], fn: Fn, name: s
     return compute(shape, body, name=name, dtype=out.dtype)
 
 
-def widen(value: Expr) -> Expr:
-    """``value`` in the dtype float math runs in: float32 for float16/bfloat16."""
-    return Cast(DType.FLOAT32, value) if value.dtype in NARROW_FLOATS else value
-
-
 def lit(value: float | int | bool, like: Expr) -> Const:
     """A constant of ``like``'s dtype."""
     return const_like(value, like.dtype)
@@ -120,10 +115,6 @@ def is_float(dtype: DType) -> bool:
 
 def is_number(dtype: DType) -> bool:
     return dtype.is_float or dtype.is_int
-
-
-def is_integer(dtype: DType) -> bool:
-    return dtype.is_int
 
 
 def any_dtype(dtype: DType) -> bool:

@@ -30,13 +30,12 @@ import numpy as np
 
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
-from ember.ir.compute import (IterVar, Tensor, compute, const_like, reduce_axis, reduce_max,
-                              reduce_sum)
+from ember.ir.compute import (NARROW_FLOATS, IterVar, Tensor, cast, compute, compute_dtype,
+                              const_like, reduce_axis, reduce_max, reduce_sum, widen)
 from ember.ir.loop.expr import INDEX, Const, Expr, Select, call, maximum, minimum
-from ember.ops.compute.reduce import (HALF_FLOATS, Reduction, absolute, broadcast_index, cast,
-                                      compute_def, compute_dtype, extreme_index, float_dtype,
-                                      logical_and, normalize_axis, ordered, reduce_stage,
-                                      require_kernel_dtypes, widen)
+from ember.ops.compute.reduce import (Reduction, absolute, broadcast_index, compute_def,
+                                      extreme_index, float_dtype, logical_and, normalize_axis,
+                                      ordered, reduce_stage, require_kernel_dtypes)
 # The references' own window geometry, so compiled and numpy padding cannot drift apart.
 from ember.ops.conv import Window, kernel_of, transpose_plan, transpose_window
 from ember.ops.registry import NoCompute
@@ -64,7 +63,7 @@ def _flat(index: Sequence[Expr], shape: Sequence[int]) -> Expr:
 def _as_reference(value: Expr, dtype: DType) -> Expr:
     """``value`` rounded to a 16-bit float ``dtype`` where the reference's numpy code rounds
     an intermediate (identity for other types)."""
-    if dtype not in HALF_FLOATS:
+    if dtype not in NARROW_FLOATS:
         return value
     return cast(cast(value, dtype), value.dtype)
 

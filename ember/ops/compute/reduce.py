@@ -22,12 +22,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ember.core.dtypes import DType
-from ember.ir.compute import (IterVar, Reduce, Tensor, compute, const_like, reduce_axis,
-                              reduce_max, reduce_min, reduce_prod, reduce_sum)
+from ember.ir.compute import (NARROW_FLOATS, IterVar, Reduce, Tensor, cast, compute,
+                              compute_dtype, const_like, reduce_axis, reduce_max, reduce_min,
+                              reduce_prod, reduce_sum, widen)
 from ember.ir.loop.expr import INDEX, Binary, Cast, Const, Expr, Select, Unary, call
 from ember.ops.registry import NoCompute, compute_of
 
-HALF_FLOATS = frozenset({DType.FLOAT16, DType.BFLOAT16})
 REDUCERS: dict[str, Callable[..., Reduce]] = {
     "sum": reduce_sum, "prod": reduce_prod, "max": reduce_max, "min": reduce_min,
 }
@@ -73,10 +73,6 @@ def compute_def(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any
 # ----------------------------------------------------------------------------- dtype helpers
 
 
-def compute_dtype(dtype: DType) -> DType:
-    """The type to compute a float value in: float32 for 16-bit floats, else ``dtype``."""
-    return DType.FLOAT32 if dtype in HALF_FLOATS else dtype
-
 
 def sum_dtype(dtype: DType) -> DType:
     """The type to accumulate sums and products in: int64 for every integer type.
@@ -89,14 +85,6 @@ def sum_dtype(dtype: DType) -> DType:
     return compute_dtype(dtype)
 
 
-def cast(value: Expr, dtype: DType) -> Expr:
-    """``value`` converted to ``dtype`` (no node when it already has it)."""
-    return value if value.dtype == dtype else Cast(dtype, value)
-
-
-def widen(value: Expr) -> Expr:
-    """``value`` in its :func:`compute_dtype`."""
-    return cast(value, compute_dtype(value.dtype))
 
 
 def float_dtype(*dtypes: DType) -> DType:
@@ -112,7 +100,7 @@ def require_kernel_dtypes(*tensors: Tensor | None, allow_bool: bool = True) -> N
         if t.dtype == DType.BOOL and allow_bool:
             continue
         if not (t.dtype.is_int or t.dtype in (DType.FLOAT32, DType.FLOAT64)
-                or t.dtype in HALF_FLOATS):
+                or t.dtype in NARROW_FLOATS):
             raise NoCompute(f"no compute for element type {t.dtype}")
 
 
