@@ -21,6 +21,7 @@ import numpy as np
 from ember.build.entry import EntryStep, generate_entry
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
+from ember.codegen.c_types import SUPPORTED_DTYPES
 from ember.core.target import Target
 from ember.ir.graph import Graph, Node
 from ember.ir.loop.stmt import PrimFunc
@@ -31,11 +32,6 @@ from ember.passes.memory_plan import ALIGNMENT, Interval, align, plan_memory
 from ember.passes.pipeline import optimize
 from ember.passes.specialize import specialize
 
-# Element types compiled kernels compute on; others run as host nodes on raw bytes.
-KERNEL_DTYPES = frozenset({
-    DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.BFLOAT16, DType.INT8, DType.INT16,
-    DType.INT32, DType.INT64, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64, DType.BOOL,
-})
 # Element types that may live in the arena at all (fixed-size, no Python objects).
 STORABLE_DTYPES = frozenset(d for d in DType if d not in (DType.STRING,))
 
@@ -77,6 +73,7 @@ class Build:
     workspace_size: int
     seconds: float
     pass_log: list[str] = field(default_factory=list)
+    memory_summary: str = ""
 
     @property
     def host_nodes(self) -> list[NodeImpl]:
@@ -90,6 +87,8 @@ class Build:
                  f"built in {self.seconds:.2f} s"]
         if self.pass_log:
             lines.append(f"  graph passes: {', '.join(self.pass_log)}")
+        if self.memory_summary:
+            lines.append(f"  memory plan: {self.memory_summary}")
         for impl in self.host_nodes:
             lines.append(f"  fallback: node '{impl.node.name}' ({impl.node.op}): {impl.reason}")
         return "\n".join(lines)
@@ -116,7 +115,7 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
 
     used_constants = _used_constants(g)
     weight_offsets, weights_size = _layout_weights(used_constants)
-    workspace_offsets, workspace_size = _plan_workspace(g)
+    workspace_offsets, workspace_size, memory_summary = _plan_workspace(g)
     steps = [EntryStep(impl.index, impl.node, impl.kind,
                        kernel_symbol(impl.func) if impl.func else None) for impl in impls]
     entry = generate_entry(g, steps, weight_offsets, workspace_offsets, workspace_size)
@@ -125,7 +124,8 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     source = generate_c(module)
     library = compile_shared(source, options.target, sanitize=options.sanitize)
     return Build(g, options.target, source, library, impls, used_constants, weight_offsets,
-                 weights_size, workspace_size, time.perf_counter() - started, pass_log)
+                 weights_size, workspace_size, time.perf_counter() - started, pass_log,
+                 memory_summary)
 
 
 # ---------------------------------------------------------------------- validation
@@ -165,7 +165,7 @@ def _implement(index: int, node: Node, g: Graph) -> NodeImpl:
     if opdef.compute is None:
         return NodeImpl(index, node, "host", reason="op has no compute definition yet")
     dtypes = {t.dtype for t in in_types + out_types if isinstance(t, TensorType)}
-    unsupported = sorted(str(d) for d in dtypes - KERNEL_DTYPES)
+    unsupported = sorted(str(d) for d in dtypes - SUPPORTED_DTYPES)
     if unsupported:
         return NodeImpl(index, node, "host",
                         reason=f"no kernels for element type(s) {', '.join(unsupported)}")
@@ -206,8 +206,9 @@ def _layout_weights(constants: dict[str, np.ndarray]) -> tuple[dict[str, int], i
 
 
 
-def _plan_workspace(g: Graph) -> tuple[dict[str, int], int]:
-    """Offsets of every intermediate (not an input, output or constant)."""
+def _plan_workspace(g: Graph) -> tuple[dict[str, int], int, str]:
+    """Offsets of every intermediate (not an input, output or constant), the arena size and
+    a one-line summary of the plan."""
     external = set(g.inputs) | set(g.outputs) | set(g.constants)
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -222,7 +223,7 @@ def _plan_workspace(g: Graph) -> tuple[dict[str, int], int]:
     intervals = [Interval(name, g.types[name].nbytes, first[name], last[name])
                  for name in first]
     plan = plan_memory(intervals)
-    return plan.offsets, plan.workspace_size
+    return plan.offsets, plan.workspace_size, plan.summary(intervals)
 
 
 def describe_value(g: Graph, name: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import numpy as np
 
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
+from ember.ir.compute import NARROW_FLOATS
 
 
 class CodegenError(EmberError):
@@ -40,7 +41,8 @@ _INT_CTYPES = {
 }
 _STORAGE = {DType.FLOAT32: "float", DType.FLOAT64: "double", DType.FLOAT16: "uint16_t",
             DType.BFLOAT16: "uint16_t", DType.BOOL: "uint8_t", **_INT_CTYPES}
-NARROW_FLOATS = frozenset({DType.FLOAT16, DType.BFLOAT16})
+# Element types the C backend can store and compute on (others run on the host).
+SUPPORTED_DTYPES = frozenset(_STORAGE)
 _TAGS = {"float": "f32", "double": "f64", "int8_t": "i8", "int16_t": "i16", "int32_t": "i32",
          "int64_t": "i64", "uint8_t": "u8", "uint16_t": "u16", "uint32_t": "u32",
          "uint64_t": "u64"}

@@ -88,7 +88,7 @@ def lower_compute(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]
         if stage.output.buffer not in buffer_map:
             local = Buffer(stage.output.buffer.name, stage.output.dtype, stage.output.shape,
                            scope="local")
-            body = _rebind(body, stage.output.buffer, local)
+            body = _rebind_all(body, {stage.output.buffer: local})
             body = Allocate(local, body)
     params = tuple(t.buffer for t in inputs) + tuple(out_buffers)
     return PrimFunc(name, params, _canonical_names(simplify(body)), attrs)
@@ -249,10 +249,6 @@ def _copy(tensor: Tensor, out: Buffer) -> Stmt:
     i = Var(f"{out.name}_copy")
     return For(i, Const(0, INDEX), Const(out.size, INDEX), ForKind.SERIAL,
                Store(out, i, Load(tensor.buffer, i)))
-
-
-def _rebind(node, old: Buffer, new: Buffer):
-    return _rebind_all(node, {old: new})
 
 
 def _rebind_all(node, mapping: dict[Buffer, Buffer]):
