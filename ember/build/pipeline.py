@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ember.build.entry import EntryStep, generate_entry
+from ember.build.entry import EntryStep, IndexCheck, generate_entry, signature
+from ember.codegen.c_names import c_identifier
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
 from ember.codegen.c_types import SUPPORTED_DTYPES
@@ -74,6 +75,12 @@ class Build:
     seconds: float
     pass_log: list[str] = field(default_factory=list)
     memory_summary: str = ""
+    # Run-time range checks of index inputs (ember_run fails naming the node if one fails).
+    checks: list[IndexCheck] = field(default_factory=list)
+    # What the library's ember_signature() returns (the loader cross-checks the manifest).
+    signature: dict[str, Any] = field(default_factory=dict)
+    # SHA-256 of the library bytes the compile cache verified (copies are checked against it).
+    library_sha256: str = ""
 
     @property
     def host_nodes(self) -> list[NodeImpl]:
@@ -99,7 +106,7 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     """Compile ``graph`` for the given input shapes (required for dynamic dims)."""
     from ember.codegen.c import CModule, generate_c, kernel_symbol
     from ember.schedule.default import default_schedule
-    from ember.toolchain.compiler import compile_shared
+    from ember.toolchain.compiler import build_library
 
     options = options or BuildOptions()
     started = time.perf_counter()
@@ -117,15 +124,20 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     weight_offsets, weights_size = _layout_weights(used_constants)
     workspace_offsets, workspace_size, memory_summary = _plan_workspace(g)
     steps = [EntryStep(impl.index, impl.node, impl.kind,
-                       kernel_symbol(impl.func) if impl.func else None) for impl in impls]
-    entry = generate_entry(g, steps, weight_offsets, workspace_offsets, workspace_size)
+                       kernel_symbol(impl.func) if impl.func else None, _index_checks(impl))
+             for impl in impls]
+    entry = generate_entry(g, steps, weight_offsets, workspace_offsets, workspace_size,
+                           weights_size)
     module = CModule(kernels=[impl.func for impl in impls if impl.func], extra_source=entry,
-                     exports=["ember_run", "ember_workspace_size"], target=options.target)
+                     exports=["ember_run", "ember_workspace_size", "ember_signature"],
+                     target=options.target)
     source = generate_c(module)
-    library = compile_shared(source, options.target, sanitize=options.sanitize)
-    return Build(g, options.target, source, library, impls, used_constants, weight_offsets,
+    library = build_library(source, options.target, sanitize=options.sanitize)
+    return Build(g, options.target, source, library.path, impls, used_constants, weight_offsets,
                  weights_size, workspace_size, time.perf_counter() - started, pass_log,
-                 memory_summary)
+                 memory_summary, checks=[c for step in steps for c in step.index_checks],
+                 signature=signature(g, steps, workspace_size, weights_size),
+                 library_sha256=library.sha256)
 
 
 # ---------------------------------------------------------------------- validation
@@ -173,14 +185,19 @@ def _implement(index: int, node: Node, g: Graph) -> NodeImpl:
         return NodeImpl(index, node, "host", reason="node leaves an output unnamed")
     constants = {i: g.constants[n] for i, n in enumerate(node.inputs) if n in g.constants}
     func = lower_node(node, opdef, in_types, out_types, opdef.resolve_attrs(node), constants,
-                      name=f"k{index}_{_c_identifier(node.op)}")
+                      name=f"k{index}_{c_identifier(node.op).lower()}")
     if func is None:
         return NodeImpl(index, node, "host", reason="compute does not cover this configuration")
     return NodeImpl(index, node, "kernel", func=func)
 
 
-def _c_identifier(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in text).lower()
+def _index_checks(impl: NodeImpl) -> list[IndexCheck]:
+    """The range checks the node's kernel asks of its caller (input index, low, high)."""
+    if impl.func is None:
+        return []
+    node = impl.node
+    return [IndexCheck(impl.index, node.name, node.op, node.inputs[position], low, high)
+            for position, low, high in impl.func.attr("index_checks", ())]
 
 
 # ---------------------------------------------------------------------- memory

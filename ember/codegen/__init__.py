@@ -6,10 +6,10 @@
 
 from ember.codegen.c import (THREAD_FUNCTIONS, CModule, generate_c, kernel_symbol)
 from ember.codegen.c_math import TARGET_INTRINSICS
-from ember.codegen.c_types import (CodegenError, c_identifier, compute_ctype, lane_ctype,
-                                   storage_ctype)
+from ember.codegen.c_names import c_comment, c_identifier
+from ember.codegen.c_types import CodegenError, compute_ctype, lane_ctype, storage_ctype
 
 __all__ = [
-    "THREAD_FUNCTIONS", "TARGET_INTRINSICS", "CModule", "CodegenError", "c_identifier",
+    "THREAD_FUNCTIONS", "TARGET_INTRINSICS", "CModule", "CodegenError", "c_comment", "c_identifier",
     "compute_ctype", "generate_c", "kernel_symbol", "lane_ctype", "storage_ctype",
 ]

@@ -1,4 +1,4 @@
-"""How loop-IR types, names and constants are spelled in the generated C.
+"""How loop-IR types and constants are spelled in the generated C (names: ``c_names``).
 
 Every DType has three C spellings, kept apart because f16/bf16 and bool are stored in one type
 and computed in another:
@@ -18,7 +18,6 @@ number of lanes; the padding lanes are kept zero and never reach memory.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 
@@ -152,66 +151,3 @@ def float_literal(value: float, ctype: str) -> str:
 def narrow_float_value(value: float, dtype: DType) -> float:
     """``value`` rounded to ``dtype`` (f16/bf16) and widened back: what the kernel computes."""
     return float(np.asarray(value, dtype=np.float64).astype(dtype.numpy).astype(np.float32))
-
-
-# ------------------------------------------------------------------------------- names
-C_KEYWORDS = frozenset("""
-auto break case char const continue default do double else enum extern float for goto if inline
-int long register restrict return short signed sizeof static struct switch typedef union
-unsigned void volatile while _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary
-_Noreturn _Static_assert _Thread_local bool true false NULL NAN INFINITY main errno assert
-int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t size_t ptrdiff_t intptr_t
-uintptr_t
-""".split())
-# Functions and macros of the headers the generated code includes: a kernel named ``exp`` or
-# a buffer named ``memcpy`` must not clash with them.
-_MATH = """acos asin atan atan2 cos sin tan acosh asinh atanh cosh sinh tanh exp exp2 expm1 frexp
-ilogb ldexp log log10 log1p log2 logb modf scalbn scalbln cbrt fabs hypot pow sqrt erf erfc
-lgamma tgamma ceil floor nearbyint rint lrint llrint round lround llround trunc fmod remainder
-remquo copysign nan nextafter nexttoward fdim fmax fmin fma""".split()
-_LIBC = """fpclassify isfinite isinf isnan isnormal signbit isgreater isgreaterequal isless
-islessequal islessgreater isunordered abs labs llabs div ldiv lldiv atof atoi atol atoll strtod
-strtof strtol strtoll strtoul strtoull rand srand malloc calloc realloc free aligned_alloc abort
-atexit exit getenv system bsearch qsort memcpy memmove memset memcmp memchr strcpy strncpy strcat
-strncat strcmp strncmp strlen strchr strrchr strstr strtok strerror offsetof
-kill_dependency""".split()
-RESERVED_NAMES = C_KEYWORDS | frozenset(_LIBC) | frozenset(
-    name + suffix for name in _MATH for suffix in ("", "f", "l"))
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-def c_identifier(name: str) -> str:
-    """The C name of a kernel (or any IR name): unchanged if it is a valid identifier that no
-    generated code uses, otherwise sanitized with a hash suffix so distinct names stay
-    distinct.  The pipeline calls kernels by ``c_identifier(func.name)``."""
-    if _IDENT.match(name) and not _reserved(name):
-        return name
-    base = re.sub(r"[^A-Za-z0-9_]", "_", name).strip("_") or "k"
-    if not base[0].isalpha():
-        base = "k_" + base
-    digest = hashlib.sha1(name.encode()).hexdigest()[:6]
-    return f"{base}_{digest}"
-
-
-def _reserved(name: str) -> bool:
-    return (name in RESERVED_NAMES
-            or name.startswith(("em_", "ember_", "__", "_mm", "omp_", "atomic_", "memory_order"))
-            or (name.startswith("_") and len(name) > 1 and name[1].isupper()))
-
-
-class Names:
-    """Unique C names within one function: every binding of a Var or Buffer gets its own, so
-    shadowing in the IR can never capture a use in C."""
-
-    def __init__(self, reserved: frozenset[str] | set[str] = frozenset()):
-        self._used: set[str] = set(reserved)
-
-    def fresh(self, hint: str) -> str:
-        base = re.sub(r"[^A-Za-z0-9_]", "_", hint) or "v"
-        if not (base[0].isalpha() or base[0] == "_") or _reserved(base):
-            base = "v_" + base.lstrip("_")
-        name, n = base, 1
-        while name in self._used or _reserved(name):
-            name, n = f"{base}_{n}", n + 1
-        self._used.add(name)
-        return name

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ember.core.dtypes import DType
@@ -42,10 +42,21 @@ class ComputeContext:
     output_types: list[Any]
     attrs: dict[str, Any]
     constants: dict[int, Any]  # input index -> numpy value, for inputs known at compile time
+    # (input index, low, high): every element of that input must lie in [low, high)
+    index_checks: list[tuple[int, int, int]] = field(default_factory=list)
 
     def value(self, index: int):
         """The compile-time value of input ``index`` (e.g. Reshape's shape), or None."""
         return self.constants.get(index)
+
+    def require_in_range(self, index: int, low: int, high: int) -> None:
+        """Declare that every element of integer input ``index`` must lie in ``[low, high)``.
+
+        A kernel whose loads are addressed by run-time data (Gather's indices) must not read
+        outside its input, and ONNX calls an out-of-range index an error, not a value to
+        clamp: the compiled model checks the input before the kernel runs and fails with an
+        error naming the node (``ember.build.entry``)."""
+        self.index_checks.append((int(index), int(low), int(high)))
 
     @property
     def num_outputs(self) -> int:

@@ -39,7 +39,10 @@ class LoweringError(EmberError):
 def lower_node(node: Node, opdef: OpDef, input_types: Sequence[TensorType | None],
                output_types: Sequence[TensorType], attrs: dict[str, Any],
                constants: dict[int, Any], name: str) -> PrimFunc | None:
-    """Lower one node for its static types; None if the op has no compute for this case."""
+    """Lower one node for its static types; None if the op has no compute for this case.
+
+    The kernel's ``index_checks`` attribute lists the inputs whose values the caller must
+    range-check before calling it (see ``ComputeContext.require_in_range``)."""
     if opdef.compute is None:
         return None
     inputs = [placeholder(t.shape, t.dtype, name=f"in{i}") if t is not None else None
@@ -55,8 +58,10 @@ def lower_node(node: Node, opdef: OpDef, input_types: Sequence[TensorType | None
             raise LoweringError(
                 f"compute of {node.op} (node '{node.name}') gives output {i} as "
                 f"{tensor.dtype}{list(tensor.shape)}, the graph expects {expected}")
-    return lower_compute(name, [t for t in inputs if t is not None], outputs,
-                         attrs=(("op", node.op), ("node", node.name)))
+    attrs: tuple[tuple[str, object], ...] = (("op", node.op), ("node", node.name))
+    if ctx.index_checks:  # read by the entry point, which checks before calling the kernel
+        attrs += (("index_checks", tuple(ctx.index_checks)),)
+    return lower_compute(name, [t for t in inputs if t is not None], outputs, attrs=attrs)
 
 
 def lower_compute(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor],

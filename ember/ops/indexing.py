@@ -94,6 +94,29 @@ def _axis_dim_type(data: TensorType, axis: int, dim: Dim) -> TensorType:
 # ----------------------------------------------------------------------------- Gather
 
 
+def check_constant_indices(ctx: InferContext, input_index: int, dims: Sequence[Dim],
+                           what: str = "index") -> None:
+    """Range-check a constant index input at compile time (out of range is an error in ONNX).
+
+    ``dims`` are the sizes the indices address: one dim for Gather-like ops, or one per
+    component of the index tuples in the last axis (GatherND/ScatterND).  Dims that are not
+    static yet are skipped; run-time indices are checked by the compiled model instead."""
+    known = ctx.value(input_index)
+    if known is None or np.asarray(known).dtype.kind not in "iu":
+        return
+    known = np.asarray(known)
+    if len(dims) == 1:
+        if isinstance(dims[0], int):
+            normalized_indices(ctx, known, dims[0], what)
+        return
+    if known.ndim == 0 or known.shape[-1] > len(dims):
+        return  # the op's own inference reports the shape problem
+    for component in range(known.shape[-1]):
+        if isinstance(dims[component], int):
+            normalized_indices(ctx, known[..., component], dims[component],
+                               f"{what} (component {component})")
+
+
 def _infer_gather(ctx: InferContext) -> list[ValueType | None]:
     data, indices = tensor_input(ctx, 0), tensor_input(ctx, 1)
     if data.shape is not None and not data.shape:
@@ -101,6 +124,7 @@ def _infer_gather(ctx: InferContext) -> list[ValueType | None]:
     if data.shape is None or indices.shape is None:
         return [TensorType(data.dtype, None)]
     axis = normalize_axis(ctx.attrs["axis"], len(data.shape), ctx)
+    check_constant_indices(ctx, 1, [data.shape[axis]])
     return [TensorType(data.dtype, data.shape[:axis] + indices.shape + data.shape[axis + 1:])]
 
 
@@ -117,10 +141,11 @@ def gather(ctx, data, indices, *, axis):
 def _infer_gather_elements(ctx: InferContext) -> list[ValueType | None]:
     data, indices = tensor_input(ctx, 0), tensor_input(ctx, 1)
     if data.shape is not None:
-        normalize_axis(ctx.attrs["axis"], len(data.shape), ctx)
+        axis = normalize_axis(ctx.attrs["axis"], len(data.shape), ctx)
         if indices.shape is not None and len(indices.shape) != len(data.shape):
             raise ctx.error(f"indices have rank {len(indices.shape)}, data has rank "
                             f"{len(data.shape)}")
+        check_constant_indices(ctx, 1, [data.shape[axis]])
     return [TensorType(data.dtype, indices.shape)]
 
 
@@ -143,6 +168,7 @@ def _infer_gather_nd(ctx: InferContext) -> list[ValueType | None]:
     if batch + k > len(data.shape):
         raise ctx.error(f"batch_dims ({batch}) + index length ({k}) exceed the data rank "
                         f"({len(data.shape)})")
+    check_constant_indices(ctx, 1, data.shape[batch:batch + k])
     return [TensorType(data.dtype, indices.shape[:-1] + data.shape[batch + k:])]
 
 
@@ -174,7 +200,10 @@ def _infer_scatter(ctx: InferContext) -> list[ValueType | None]:
     check_attr(ctx, "reduction", ctx.attrs["reduction"], tuple(_REDUCTIONS))
     data = tensor_input(ctx, 0)
     if data.shape is not None and "axis" in ctx.attrs:
-        normalize_axis(ctx.attrs["axis"], len(data.shape), ctx)
+        axis = normalize_axis(ctx.attrs["axis"], len(data.shape), ctx)
+        check_constant_indices(ctx, 1, [data.shape[axis]])
+    elif data.shape is not None:  # ScatterND: index tuples address the leading dims
+        check_constant_indices(ctx, 1, data.shape)
     return [data]
 
 

@@ -4,11 +4,14 @@
     library_path = compile_shared(c_source, target)
 """
 
-from ember.toolchain.cache import CompileCache, cache_key, default_cache_dir
-from ember.toolchain.compiler import (Compiler, ToolchainError, compile_flags, compile_shared,
-                                      find_compiler, openmp_supported, sanitizer_preload, stats)
+from ember.toolchain.cache import (CacheWarning, CachedFile, CompileCache, cache_key,
+                                   default_cache_dir)
+from ember.toolchain.compiler import (Compiler, ToolchainError, build_library, compile_flags,
+                                      compile_shared, find_compiler, openmp_supported,
+                                      sanitizer_preload, stats)
 
 __all__ = [
-    "CompileCache", "Compiler", "ToolchainError", "cache_key", "compile_flags", "compile_shared",
+    "CacheWarning", "CachedFile", "CompileCache", "Compiler", "ToolchainError", "build_library",
+    "cache_key", "compile_flags", "compile_shared",
     "default_cache_dir", "find_compiler", "openmp_supported", "sanitizer_preload", "stats",
 ]

@@ -32,7 +32,7 @@ from typing import Sequence
 
 from ember.core.errors import EmberError
 from ember.core.target import Target
-from ember.toolchain.cache import CompileCache, cache_key
+from ember.toolchain.cache import CachedFile, CompileCache, cache_key, file_sha256
 
 _TIMEOUT_S = 900
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
@@ -172,8 +172,18 @@ def compile_shared(source: str, target: Target, opt_level: int = 3, sanitize: bo
     """Compile C ``source`` into a shared library for ``target`` and return its path.
 
     With ``use_cache`` (the default) an identical earlier build is returned without running
-    the compiler; ``cache`` picks a cache other than the default directory.
+    the compiler, after its digest was checked; ``cache`` picks a cache other than the default
+    directory.
     """
+    return build_library(source, target, opt_level, sanitize, extra_flags, cache=cache,
+                         use_cache=use_cache).path
+
+
+def build_library(source: str, target: Target, opt_level: int = 3, sanitize: bool = False,
+                  extra_flags: Sequence[str] = (), *, cache: CompileCache | None = None,
+                  use_cache: bool = True) -> CachedFile:
+    """:func:`compile_shared`, also giving the SHA-256 of the library bytes it verified (so a
+    caller that copies the file can check that the copy is what was verified)."""
     compiler = find_compiler(target)
     flags = compile_flags(compiler, target, opt_level, sanitize, extra_flags)
     suffix = ".wasm" if target.arch == "wasm32" else ".so"
@@ -183,7 +193,7 @@ def compile_shared(source: str, target: Target, opt_level: int = 3, sanitize: bo
         src.write_text(source, encoding="utf-8")
         out = workdir / f"module{suffix}"
         _run_compiler(compiler, flags, src, out)
-        return out
+        return CachedFile(out, file_sha256(out))
     cache = cache if cache is not None else CompileCache()
     key = cache_key(source, [*flags, json.dumps(target.to_dict(), sort_keys=True)],
                     compiler.identity)
@@ -199,7 +209,12 @@ def compile_shared(source: str, target: Target, opt_level: int = 3, sanitize: bo
                              "EMBER_CACHE_DIR to a writable directory") from None
     try:
         _run_compiler(compiler, flags, src, temp)
-        return cache.commit(temp, key, suffix)
+        try:
+            return cache.commit(temp, key, suffix)
+        except OSError as err:
+            raise ToolchainError(f"cannot store the compiled library in the compile cache "
+                                 f"{cache.root} ({err}); set EMBER_CACHE_DIR to a writable "
+                                 "directory") from None
     finally:
         temp.unlink(missing_ok=True)
 

@@ -12,9 +12,11 @@ Parameters that only pick values (Gather's indices, Pad's fill value, Trilu's k,
 may also be run-time tensors and are loaded.
 
 Where an index may fall outside its tensor for some output elements (Concat's pieces, Pad's
-border) the load is masked, so that vectorized code never touches memory out of bounds; an
-out-of-range *data-dependent* index (Gather), which the reference rejects, is clamped for the
-same reason.  The index rules themselves come from the references' helpers in
+border) the load is masked, so that vectorized code never touches memory out of bounds.  A
+*data-dependent* index (Gather's) is an error when out of range, as in the reference: the
+definition declares the valid range (``ctx.require_in_range``), the compiled model checks the
+index input before the kernel runs and reports the node, and the kernel still clamps its loads
+so that no value can make it read outside its input.  The index rules themselves come from the references' helpers in
 ``ember/ops/shape.py`` so the two cannot drift apart.
 """
 
@@ -362,6 +364,8 @@ def gather(ctx, data, indices, *, axis):
     if known is not None and np.ndim(known) == 0:  # one constant index: a plain slice
         constant = int(known) + dim if int(known) < 0 else int(known)
         require(0 <= constant < dim)  # else the reference reports the bad index
+    if known is None:  # constant indices were range-checked by shape inference
+        ctx.require_in_range(1, -dim, dim)
 
     def body(*i: Expr) -> Expr:
         pre, picked, post = i[:axis], i[axis:axis + count], i[axis + count:]
@@ -381,6 +385,8 @@ def gather_elements(ctx, data, indices, *, axis):
     require_dtypes([indices], lambda d: d.is_int)
     axis = normalize_axis(axis, data.ndim)
     dim = data.shape[axis]
+    if ctx.value(1) is None:  # constant indices were range-checked by shape inference
+        ctx.require_in_range(1, -dim, dim)
 
     def body(*i: Expr) -> Expr:
         position = clamp_index(wrap_negative(as_index(indices[i]), dim), dim)
