@@ -7,6 +7,11 @@ They follow the numpy references in ``ember/ops/norm.py``, ``matmul.py``, ``conv
 references' own geometry (:class:`ember.ops.conv.Window`) so that pads, ``auto_pad`` and
 ``ceil_mode`` resolve exactly as there.
 
+Sums over data -- softmax denominators, normalization statistics, pooling windows -- go
+through :func:`~ember.ops.compute.reduce.accurate_sum` (a float64 accumulator for floats,
+rounded once), so they stay accurate at any length.  The contractions (MatMul, Gemm, Conv,
+ConvTranspose) accumulate in their element type on purpose: see ``reduce.py``'s docstring.
+
 Products reduce innermost over the axis that is contiguous in memory where the layout allows
 it: MatMul over ``K`` (contiguous in A; B is read down a column unless it is transposed by
 Gemm's ``transB``), Conv over ``(C/group, k1, ..., kn)`` so that the last kernel axis walks
@@ -30,12 +35,14 @@ import numpy as np
 
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
-from ember.ir.compute import (NARROW_FLOATS, IterVar, Tensor, cast, compute, compute_dtype,
-                              const_like, reduce_axis, reduce_max, reduce_sum, widen)
+from ember.ir.compute import (NARROW_FLOATS, IterVar, Reduce, Tensor, cast, compute,
+                              compute_dtype, const_like, reduce_axis, reduce_max, reduce_sum,
+                              widen)
 from ember.ir.loop.expr import INDEX, Const, Expr, Select, call, maximum, minimum
-from ember.ops.compute.reduce import (Reduction, absolute, broadcast_index, compute_def,
-                                      extreme_index, float_dtype, logical_and, normalize_axis,
-                                      ordered, reduce_stage, require_kernel_dtypes)
+from ember.ops.compute.reduce import (Reduction, absolute, accumulator_dtype, accurate_sum,
+                                      broadcast_index, compute_def, extreme_index, float_dtype,
+                                      logical_and, normalize_axis, ordered, reduce_stage,
+                                      require_kernel_dtypes, sum_stage)
 # The references' own window geometry, so compiled and numpy padding cannot drift apart.
 from ember.ops.conv import Window, kernel_of, transpose_plan, transpose_window
 from ember.ops.registry import NoCompute
@@ -70,29 +77,29 @@ def _as_reference(value: Expr, dtype: DType) -> Expr:
 
 def _softmax_parts(x: Tensor, axis: int) -> tuple[Reduction, Callable[..., Expr], Tensor]:
     """The shifted input x - max(x) (a function of the index) and the sums of its exp along
-    ``axis`` (a kept-shape stage).
+    ``axis`` (a kept-shape stage in the compute type).
 
     Softmax and LogSoftmax compute in the input's precision in the reference, so for 16-bit
-    floats the intermediates are rounded where numpy rounds them: the shift, each exp, and the
-    sum -- once at the end when numpy sums float16 along a contiguous axis (its pairwise sum
-    accumulates in float32), after every addition otherwise (strided float16, and bfloat16,
-    whose ml_dtypes reductions add in bfloat16).
+    floats the shift and each exp are rounded where numpy rounds them.  The sum accumulates in
+    float64 (:func:`accurate_sum`) and is rounded once, to the input's type: numpy sums
+    float16 along a contiguous axis with float32 partial sums, but adds strided float16 and
+    bfloat16 (ml_dtypes) terms in the narrow type, which stops counting at 2048 (float16) or
+    256 (bfloat16) -- an error not worth copying.
     """
     red = Reduction(x.shape, (normalize_axis(axis, x.ndim),), keepdims=True)
     peak = reduce_stage(x, red, "max", "softmax_peak", element=widen, shape=red.kept_shape)
-    contiguous = all(d == 1 for d in x.shape[red.axes[0] + 1:])
 
     def shifted(index: Sequence[Expr]) -> Expr:
         return _as_reference(widen(x[index]) - peak[red.kept(index)], x.dtype)
 
-    def total(*index: Expr) -> Expr:
+    def total(*index: Expr) -> Reduce:
         rvars = red.axis_vars()
         term = _as_reference(call("exp", shifted(red.source(index, rvars))), x.dtype)
-        if x.dtype == DType.BFLOAT16 or (x.dtype == DType.FLOAT16 and not contiguous):
-            return widen(reduce_sum(cast(term, x.dtype), rvars))
-        return _as_reference(reduce_sum(term, rvars), x.dtype)
+        return accurate_sum(term, rvars)
 
-    return red, shifted, compute(red.kept_shape, total, name="softmax_sum")
+    sums = sum_stage(red.kept_shape, total, "softmax_sum", compute_dtype(x.dtype),
+                     lambda s, index: widen(cast(s, x.dtype)), columns=red.keeps_innermost)
+    return red, shifted, sums
 
 
 @compute_def("Softmax")
@@ -131,12 +138,15 @@ def _group_statistics(x: Tensor, stat_shape: Sequence[int], work: DType, epsilon
 
     Row-major, ``x`` is ``prod(stat_shape)`` consecutive groups of equal size; statistic
     ``i`` describes group ``flat(i)``.  Without ``centered`` (RMS normalization) there is no
-    mean and the "variance" is the mean square.
+    mean and the "variance" is the mean square.  Elements and deviations are computed in
+    ``work`` (the stash type); the sums, the divisions by the count and ``1 / sqrt`` in the
+    wider accumulator type, rounded once to ``work`` when the statistic is stored.
     """
     rows = int(np.prod(stat_shape, dtype=np.int64))
     size = int(np.prod(x.shape, dtype=np.int64))
     cols = size // rows if rows else 0
-    count = const_like(cols, work)
+    acc = accumulator_dtype(work)
+    count = const_like(cols, acc)
 
     def element(index: Sequence[Expr], k: IterVar) -> Expr:
         return cast(x.flat(_flat(index, stat_shape) * cols + k), work)
@@ -145,19 +155,19 @@ def _group_statistics(x: Tensor, stat_shape: Sequence[int], work: DType, epsilon
     if centered:
         def mean_body(*index: Expr) -> Expr:
             k = reduce_axis(cols, "g")
-            return reduce_sum(element(index, k), k) / count
+            return accurate_sum(element(index, k), k) / count
 
-        mean = compute(stat_shape, mean_body, name="norm_mean")
+        mean = compute(stat_shape, mean_body, name="norm_mean", dtype=work)
 
     def inv_std_body(*index: Expr) -> Expr:
         k = reduce_axis(cols, "g")
         value = element(index, k)
         if mean is not None:
             value = value - mean[index]
-        variance = reduce_sum(value * value, k) / count
-        return const_like(1, work) / call("sqrt", variance + const_like(epsilon, work))
+        variance = accurate_sum(value * value, k) / count
+        return const_like(1, acc) / call("sqrt", variance + const_like(epsilon, acc))
 
-    return mean, compute(stat_shape, inv_std_body, name="norm_inv_std")
+    return mean, compute(stat_shape, inv_std_body, name="norm_inv_std", dtype=work)
 
 
 def _stash(stash_type: int) -> DType:
@@ -304,12 +314,14 @@ def lp_normalization(ctx, x, *, axis, p):
     if p not in (1, 2):
         raise NoCompute(f"p={p}")
     red = Reduction(x.shape, (normalize_axis(axis, x.ndim),), keepdims=True)
+    work = compute_dtype(x.dtype)  # the norm is rounded to it once, after the root
     if p == 1:
         norm = reduce_stage(x, red, "sum", "lp_norm", element=lambda v: absolute(widen(v)),
-                            shape=red.kept_shape)
+                            dtype=work, shape=red.kept_shape)
     else:
         norm = reduce_stage(x, red, "sum", "lp_norm", element=lambda v: widen(v) * widen(v),
-                            finish=lambda s: call("sqrt", s), shape=red.kept_shape)
+                            finish=lambda s: call("sqrt", s), dtype=work,
+                            shape=red.kept_shape)
 
     def body(*i: Expr) -> Expr:
         n = norm[red.kept(i)]
@@ -567,13 +579,14 @@ def max_pool(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
 
 def _window_sums(x: Tensor, taps: _Taps, element, name: str, finish=lambda s, o: s,
                  dtype: DType | None = None) -> Tensor:
-    """A stage summing ``element(x)`` over each window's taps inside the input."""
+    """A stage summing ``element(x)`` over each window's taps inside the input (in the
+    accumulator type: ``finish`` sees a float64 sum for floats)."""
 
     def body(n: Expr, c: Expr, *o: Expr) -> Expr:
         t = taps.variables()
         pos = taps.positions(o, t)
-        total = reduce_sum(element(x[[n, c] + taps.clamped(pos)]), t,
-                           condition=taps.guard(pos))
+        total = accurate_sum(element(x[[n, c] + taps.clamped(pos)]), t,
+                             condition=taps.guard(pos))
         return finish(total, o)
 
     shape = tuple(x.shape[:2]) + taps.out_dims
@@ -588,32 +601,39 @@ def average_pool(ctx, x, *, auto_pad, ceil_mode, count_include_pad, dilations, k
     taps = _pool_taps(ctx, x, kernel_shape, dict(
         auto_pad=auto_pad, dilations=dilations, pads=pads, strides=strides), ceil_mode)
     work = compute_dtype(x.dtype) if x.dtype.is_float else DType.FLOAT64
+    acc = accumulator_dtype(work)
     plan = taps.window.plan(_REFUSE, taps.in_dims)
     if count_include_pad:
         bounds = [(-b, d + e) for b, e, d in zip(plan.pads_begin, plan.pads_end, taps.in_dims)]
     else:
         bounds = [(0, d) for d in taps.in_dims]
+    taps_per_window = int(np.prod(taps.window.kernel, dtype=np.int64))
 
     def count_body(*o: Expr) -> Expr:
         t = taps.variables()
-        return reduce_sum(const_like(1, work), t, condition=taps.guard(taps.positions(o, t),
-                                                                       bounds))
+        return accurate_sum(const_like(1, work), t, condition=taps.guard(taps.positions(o, t),
+                                                                         bounds))
 
     if taps.stays_within(bounds):  # every window is wholly counted: a constant count
-        full = const_like(int(np.prod(taps.window.kernel)), work)
+        full = const_like(taps_per_window, acc)
         divide = lambda total, o: total / full  # noqa: E731
     else:
-        counts = compute(taps.out_dims, count_body, name="avgpool_count")
-        divide = lambda total, o: total / counts[list(o)]  # noqa: E731
+        # Counts are integers up to the window size: stored in ``work`` while that holds them
+        # exactly (float32 does up to 2**24), so the scratch stays small.
+        exact = work if taps_per_window <= 2 ** 24 else acc
+        counts = compute(taps.out_dims, count_body, name="avgpool_count", dtype=exact)
+        divide = lambda total, o: total / cast(counts[list(o)], acc)  # noqa: E731
     return _window_sums(x, taps, lambda v: cast(v, work), "avgpool", divide, dtype=x.dtype)
 
 
 def _lp(p: int, work: DType):
-    """|x|**p and its root for LpPool, as the reference writes them."""
+    """|x|**p (in ``work``) and the root of a sum of them (in the sum's accumulator type) for
+    LpPool, as the reference writes them."""
     if p == 2:
         return (lambda v: v * v), (lambda s: call("sqrt", s))
-    power, root = const_like(p, work), const_like(1.0 / p, work)
-    return (lambda v: call("pow", absolute(v), power)), (lambda s: call("pow", s, root))
+    power = const_like(p, work)
+    return (lambda v: call("pow", absolute(v), power)), \
+        (lambda s: call("pow", s, const_like(1.0 / p, s.dtype)))
 
 
 @compute_def("LpPool")
@@ -639,7 +659,7 @@ def _global(x: Tensor) -> Reduction:
 def global_average_pool(ctx, x):
     red = _global(x)
     work = compute_dtype(x.dtype) if x.dtype.is_float else DType.FLOAT64
-    count = const_like(red.count, work)
+    count = const_like(red.count, accumulator_dtype(work))
     return reduce_stage(x, red, "sum", "globalavgpool", element=lambda v: cast(v, work),
                         finish=lambda s: s / count, dtype=x.dtype)
 

@@ -1,17 +1,35 @@
 """Compute definitions of the reductions: Reduce*, ArgMax/ArgMin and CumSum.
 
-They mirror the numpy references in ``ember/ops/reduce.py`` and, like them, accumulate in a
-wider type than they store: half-precision floats in float32 (the reference's ``widened``) and
-integers in 64 bits, as ``np.sum``/``np.prod`` do, which gives the same result modulo 2**bits
-once cast back (and the exact quotient for ReduceMean).
+They mirror the numpy references in ``ember/ops/reduce.py`` and accumulate in a wider type
+than they store.  Integers accumulate in 64 bits, as ``np.sum``/``np.prod`` do, which gives the
+same result modulo 2**bits once cast back (and the exact quotient for ReduceMean).
+
+Float *sums* over a data-sized axis accumulate in float64 and round once at the end
+(:func:`accumulator_dtype`, :func:`accurate_sum`): a sequential float32 accumulator stops
+counting at 2**24, so a long ReduceSum, a global average pool over a large image or the
+statistics of a long LayerNormalization row would silently lose most of their terms.  Every
+sum-like reduction of the compute definitions (here and in ``nn.py``: Reduce{Sum, Mean, L1,
+L2, SumSquare, LogSum, LogSumExp}, the poolings that average or take norms, the softmax
+denominators, the normalization statistics) goes through that one helper.
+
+Deliberately *not* widened:
+
+* the contractions -- MatMul, Gemm, Conv, ConvTranspose, and any Einsum-style product to
+  come -- accumulate in their element type, as BLAS, oneDNN and the other compilers do: the
+  length of their reduction is a weight dimension (K, C x kernel), not a data-sized axis, and
+  a float64 accumulator would halve the SIMD width of the kernels that dominate a model's run
+  time;
+* ReduceProd, whose relative error does not depend on the magnitude of a running total;
+* CumSum, a running sum by definition whose every prefix is an output: numpy's float32
+  ``cumsum`` accumulates in float32 too.
 
 Axes must be known at compile time (an initializer or constant); a Reduce* node whose axes
 are a run-time input, or any configuration not covered here, raises NoCompute and runs its
 numpy reference.
 
-The indexing helpers here (:class:`Reduction`, :func:`broadcast_index`, the accumulator types
-and the two-stage arg-extreme) are shared with the normalization, matmul, convolution and
-pooling definitions in ``nn.py``.
+The indexing helpers here (:class:`Reduction`, :func:`broadcast_index`, the accumulator
+types, :func:`sum_stage` and the two-stage arg-extreme) are shared with the normalization,
+matmul, convolution and pooling definitions in ``nn.py``.
 """
 
 from __future__ import annotations
@@ -28,8 +46,51 @@ from ember.ir.compute import (NARROW_FLOATS, IterVar, Reduce, Tensor, cast, comp
 from ember.ir.loop.expr import INDEX, Binary, Cast, Const, Expr, Select, Unary, call
 from ember.ops.registry import NoCompute, compute_of
 
+# ----------------------------------------------------------------------------- accumulators
+
+
+def accumulator_dtype(dtype: DType) -> DType:
+    """The type a *sum* of ``dtype`` values accumulates in: float64 for every float type,
+    int64 for every integer type and bool.
+
+    Why float64: compiled reductions add their terms one after another into one accumulator,
+    and a float32 accumulator stops counting at 2**24 (16777216 + 1 rounds back to 16777216):
+    ReduceSum of 2**25 ones gives 2**24, the mean of an 8192 x 8192 image of ones 0.25, and in
+    general the error grows with the running total.  A float64 accumulator carries 29 more
+    bits, so a sum of float32 terms stays within about one float32 rounding of the exact sum
+    for any tensor that fits in memory (and counts exactly up to 2**53); the result is rounded
+    once, when it is stored in its output type.  float16 and bfloat16 terms (computed in
+    float32) accumulate in float64 for the same reason; float64 keeps float64.  A wider
+    accumulator keeps the loop the plain sequential reduction that lowering and the schedules
+    already handle, where pairwise summation would restructure it and compensated (Kahan)
+    summation cost four operations per term and be undone by any reassociation.
+
+    The price is one conversion per term.  These kernels stream their input once and are
+    bound by memory (or, summed sequentially, by the latency of the add, which is the same for
+    double as for float), so it is nearly free; see the module docstring for the reductions
+    that deliberately keep their element type.
+
+    Integers accumulate in wrapping int64 arithmetic, which gives the same bits as numpy's
+    (u)int64 accumulation, so the result cast back to the element type is the reference's.
+    """
+    if dtype.is_float:
+        return DType.FLOAT64
+    if dtype.is_int or dtype == DType.BOOL:
+        return DType.INT64
+    raise NoCompute(f"no sum accumulator for element type {dtype}")
+
+
+def accurate_sum(value: Expr, axis: IterVar | Sequence[IterVar],
+                 condition: Expr | None = None) -> Reduce:
+    """The sum of ``value`` over ``axis`` (where ``condition`` holds) accumulated in its
+    :func:`accumulator_dtype`; the Reduce has that type, so the caller (or the stage it is
+    stored in) decides where to round back.  Every sum-like reduction over data uses this
+    rather than ``reduce_sum``."""
+    return reduce_sum(cast(value, accumulator_dtype(value.dtype)), axis, condition)
+
+
 REDUCERS: dict[str, Callable[..., Reduce]] = {
-    "sum": reduce_sum, "prod": reduce_prod, "max": reduce_max, "min": reduce_min,
+    "sum": accurate_sum, "prod": reduce_prod, "max": reduce_max, "min": reduce_min,
 }
 
 # Intermediate stages live on the kernel's stack (codegen allows 1 MiB of local buffers per
@@ -73,18 +134,14 @@ def compute_def(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any
 # ----------------------------------------------------------------------------- dtype helpers
 
 
-
-def sum_dtype(dtype: DType) -> DType:
-    """The type to accumulate sums and products in: int64 for every integer type.
-
-    Wrapping int64 arithmetic gives the same bits as numpy's (u)int64 accumulation, so the
-    result cast back to ``dtype`` is the reference's.
+def running_dtype(dtype: DType) -> DType:
+    """The accumulator of a product (ReduceProd) or a running sum (CumSum): int64 for every
+    integer type (as :func:`accumulator_dtype`), the compute type for floats -- these are not
+    widened to float64, as the module docstring explains.
     """
     if dtype.is_int:
         return DType.INT64
     return compute_dtype(dtype)
-
-
 
 
 def float_dtype(*dtypes: DType) -> DType:
@@ -182,6 +239,12 @@ class Reduction:
         return tuple(1 if a in self.axes else d for a, d in enumerate(self.shape))
 
     @property
+    def keeps_innermost(self) -> bool:
+        """Whether the innermost input axis is kept: then the innermost axis of the output
+        (or kept-shape) stage walks the input contiguously, a sum "over columns"."""
+        return bool(self.shape) and len(self.shape) - 1 not in self.axes
+
+    @property
     def count(self) -> int:
         """How many elements each output element reduces."""
         return int(np.prod([self.shape[a] for a in self.axes], dtype=np.int64))
@@ -215,15 +278,50 @@ def reduce_stage(x: Tensor, red: Reduction, combiner: str, name: str,
     """A stage combining ``element(x[...])`` over the reduced axes, then ``finish``-ed.
 
     The stage has the reduction's output shape (or ``shape``, e.g. its kept shape) and
-    ``dtype`` (the body's type by default; the body is cast to it).
+    ``dtype`` (the body's type by default; the body is cast to it).  Sums go through
+    :func:`sum_stage`.
     """
 
-    def body(*index: Expr) -> Expr:
+    def combined(*index: Expr) -> Reduce:
         rvars = red.axis_vars()
-        value = element(x[red.source(index, rvars)])
-        return finish(REDUCERS[combiner](value, rvars))
+        return REDUCERS[combiner](element(x[red.source(index, rvars)]), rvars)
 
-    return compute(shape if shape is not None else red.out_shape, body, name=name, dtype=dtype)
+    out_shape = shape if shape is not None else red.out_shape
+    if combiner == "sum" and dtype is not None:
+        return sum_stage(out_shape, combined, name, dtype, lambda total, index: finish(total),
+                         columns=red.keeps_innermost)
+    return compute(out_shape, lambda *index: finish(combined(*index)), name=name, dtype=dtype)
+
+
+# Lowering vectorizes an accumulation in the stage's buffer only across an innermost stage
+# axis at least this long (ember.lower.lower.MIN_VECTOR_EXTENT, which ops may not import).
+MIN_COLUMNS = 4
+
+
+def sum_stage(shape: Sequence[int], total: Callable[..., Reduce], name: str, dtype: DType,
+              finish: Callable[[Expr, Sequence[Expr]], Expr] = lambda total, index: total,
+              columns: bool = False) -> Tensor:
+    """A ``dtype`` stage whose element ``index`` is ``finish(total(*index), index)``, where
+    ``total`` builds an :func:`accurate_sum` and ``finish`` works in its accumulator type.
+
+    Lowering accumulates a reduction in the buffer of its stage -- reduction loops outside,
+    vectorized across the stage's innermost axis -- only when that buffer has the
+    accumulator's type; otherwise each element gets a scalar accumulator.  For a sum over
+    ``columns`` (the stage's innermost axis walks the input contiguously, as in ReduceSum
+    over axis 0) the scalar form reads the input down its columns, an order of magnitude
+    slower, so the sum gets a scratch stage of its own in the accumulator type (float64),
+    and a second, elementwise stage finishes it and rounds it to ``dtype`` once.  The scratch
+    buffer is used while it takes at most half of :data:`SCRATCH_LIMIT_BYTES` (the other half
+    is left for the definition's other statistics); past that, the one-stage form.
+    """
+    shape = tuple(shape)
+    if columns and shape and shape[-1] >= MIN_COLUMNS:
+        sums = compute(shape, total, name=f"{name}_sum")
+        if sums.dtype != dtype and \
+                sums.size * sums.dtype.itemsize <= SCRATCH_LIMIT_BYTES // 2:
+            return compute(shape, lambda *index: finish(sums[index], index), name=name,
+                           dtype=dtype)
+    return compute(shape, lambda *index: finish(total(*index), index), name=name, dtype=dtype)
 
 
 def ordered(value: Expr) -> Expr:
@@ -281,7 +379,8 @@ def _register_reduce(name: str, combiner: str, element: Callable[[Expr], Expr],
     """Attach a one-stage Reduce* compute: ``finish(combiner(accumulate(element(x))))``.
 
     ``element`` sees x in its compute type (16-bit floats widened); ``accumulate`` converts
-    the element to the accumulator type (default: 64-bit integers, floats unchanged).
+    the element to the accumulator type (default: :func:`running_dtype`; sums then widen
+    floats to float64 in :func:`accurate_sum`).  The result is rounded once, to x's type.
     """
 
     @compute_def(name)
@@ -289,7 +388,7 @@ def _register_reduce(name: str, combiner: str, element: Callable[[Expr], Expr],
         require_kernel_dtypes(data, allow_bool=combiner in ("max", "min"))
         red = Reduction(data.shape, _reduce_axes(ctx, data, axes, noop_with_empty_axes),
                         bool(keepdims))
-        to_acc = accumulate or (lambda v: cast(v, sum_dtype(v.dtype)))
+        to_acc = accumulate or (lambda v: cast(v, running_dtype(v.dtype)))
         return reduce_stage(data, red, combiner, name.lower(),
                             element=lambda v: to_acc(element(widen(v))),
                             finish=lambda r: finish(red, r), dtype=data.dtype)
@@ -298,7 +397,7 @@ def _register_reduce(name: str, combiner: str, element: Callable[[Expr], Expr],
 
 
 def _mean(red: Reduction, total: Expr) -> Expr:
-    if total.dtype.is_float:
+    if total.dtype.is_float:  # a float64 accumulator: divide before the one rounding
         return total / const_like(red.count, total.dtype)
     # The reference divides in float64 and truncates when casting back.
     return Cast(DType.FLOAT64, total) / const_like(red.count, DType.FLOAT64)
@@ -321,7 +420,10 @@ _register_reduce("ReduceLogSum", "sum", lambda v: v, lambda red, r: float_math("
 
 @compute_def("ReduceLogSumExp")
 def reduce_log_sum_exp(ctx, data, axes=None, *, keepdims, noop_with_empty_axes):
-    """log(sum(exp(x - peak))) + peak, the peak being the maximum where it is finite, else 0."""
+    """log(sum(exp(x - peak))) + peak, the peak being the maximum where it is finite, else 0.
+
+    The exponentials are computed in the compute type, their sum, its log and the shift back
+    in the sum's accumulator type, rounded once to x's type."""
     require_kernel_dtypes(data, allow_bool=False)
     red = Reduction(data.shape, _reduce_axes(ctx, data, axes, noop_with_empty_axes),
                     bool(keepdims))
@@ -332,14 +434,17 @@ def reduce_log_sum_exp(ctx, data, axes=None, *, keepdims, noop_with_empty_axes):
     shift = compute(red.kept_shape, lambda *i: Select(is_finite(peak[i]), peak[i], zero),
                     name="lse_shift")
 
-    def body(*index: Expr) -> Expr:
+    def total(*index: Expr) -> Reduce:
         rvars = red.axis_vars()
         offset = shift[red.kept(index)]
-        total = reduce_sum(call("exp", cast(data[red.source(index, rvars)], work) - offset),
-                           rvars)
-        return call("log", total) + offset
+        return accurate_sum(call("exp", cast(data[red.source(index, rvars)], work) - offset),
+                            rvars)
 
-    return compute(red.out_shape, body, name="reducelogsumexp", dtype=data.dtype)
+    def finish(total: Expr, index: Sequence[Expr]) -> Expr:
+        return call("log", total) + cast(shift[red.kept(index)], total.dtype)
+
+    return sum_stage(red.out_shape, total, "reducelogsumexp", data.dtype, finish,
+                     columns=red.keeps_innermost)
 
 
 # ----------------------------------------------------------------------------- ArgMax, ArgMin
@@ -375,7 +480,8 @@ def cum_sum(ctx, x, axis, *, exclusive, reverse):
     """Each element sums the prefix (suffix with ``reverse``) of its line along the axis.
 
     A conditional reduction over the whole line: quadratic in the axis length, but a plain
-    reduction that lowering and scheduling handle like any other.
+    reduction that lowering and scheduling handle like any other.  Floats accumulate in their
+    compute type, as numpy's ``cumsum`` does (:func:`running_dtype`, not float64).
     """
     require_kernel_dtypes(x, allow_bool=False)
     value = ctx.value(1)
@@ -383,7 +489,7 @@ def cum_sum(ctx, x, axis, *, exclusive, reverse):
         raise NoCompute("CumSum needs a compile-time scalar axis and rank >= 1")
     ax = normalize_axis(int(np.asarray(value).reshape(-1)[0]), x.ndim)
     red = Reduction(x.shape, (ax,), keepdims=True)
-    acc = sum_dtype(x.dtype)
+    acc = running_dtype(x.dtype)
 
     def body(*index: Expr) -> Expr:
         [k] = red.axis_vars()
