@@ -20,6 +20,7 @@ import numpy as np
 
 from ember.build.entry import EntryStep, IndexCheck, generate_entry, signature
 from ember.codegen.c_names import c_identifier
+from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
 from ember.codegen.c_types import SUPPORTED_DTYPES
@@ -29,6 +30,7 @@ from ember.ir.loop.stmt import PrimFunc
 from ember.ir.types import TensorType
 from ember.lower.lower import lower_node
 from ember.ops.registry import get_op
+from ember.passes.memory_budget import check_build_memory
 from ember.passes.memory_plan import ALIGNMENT, Interval, align, plan_memory
 from ember.passes.pipeline import optimize
 from ember.passes.specialize import specialize
@@ -46,6 +48,8 @@ class BuildOptions:
     target: Target = field(default_factory=Target.native)
     opt_level: int = 2
     sanitize: bool = False
+    # Memory budget in bytes or "8GiB"; None: $EMBER_MEMORY_LIMIT, else the available memory.
+    memory_limit: int | str | None = None
 
 
 @dataclass
@@ -110,9 +114,10 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
 
     options = options or BuildOptions()
     started = time.perf_counter()
-    g = specialize(graph, dict(input_shapes or {}))
+    limit = resolve_memory_limit(options.memory_limit)
+    g = specialize(graph, dict(input_shapes or {}), memory_limit=limit)
     pass_log: list[str] = []
-    optimize(g, options.opt_level, pass_log)
+    optimize(g, options.opt_level, pass_log, memory_limit=limit)
     _check_static(g)
 
     impls = [_implement(index, node, g) for index, node in enumerate(g.nodes)]
@@ -123,6 +128,7 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     used_constants = _used_constants(g)
     weight_offsets, weights_size = _layout_weights(used_constants)
     workspace_offsets, workspace_size, memory_summary = _plan_workspace(g)
+    check_build_memory(workspace_size, weights_size, limit)
     steps = [EntryStep(impl.index, impl.node, impl.kind,
                        kernel_symbol(impl.func) if impl.func else None, _index_checks(impl))
              for impl in impls]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from ember.runtime.errors import EmberError, ExecutionError, InputError, ModelLoadError
 
-__all__ = ["EmberError", "ExecutionError", "InputError", "ModelLoadError", "OpAttributeError",
-           "ShapeError", "UnsupportedOpError", "VerificationError"]
+__all__ = ["ConfigError", "EmberError", "ExecutionError", "InputError", "MemoryBudgetError",
+           "ModelLoadError", "OpAttributeError", "ShapeError", "UnsupportedOpError",
+           "VerificationError"]
 
 
 class UnsupportedOpError(EmberError):
@@ -40,3 +41,21 @@ class ShapeError(EmberError):
 
 class VerificationError(EmberError):
     """The IR violates an invariant (dangling value, duplicate definition, bad type)."""
+
+
+class ConfigError(EmberError):
+    """An option or environment variable of ember has a value it cannot use."""
+
+
+class MemoryBudgetError(EmberError):
+    """Compiling or running a model would need more memory than the budget allows.
+
+    Raised before the memory is allocated, so that an oversized model fails with the size, the
+    limit and how to raise it instead of dying inside numpy.  ``needed`` and ``limit`` are in
+    bytes.
+    """
+
+    def __init__(self, message: str, needed: int, limit: int):
+        super().__init__(message)
+        self.needed = needed
+        self.limit = limit

@@ -112,23 +112,30 @@ class OpDef:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolve_attrs(self, node: "Node") -> dict[str, Any]:
-        """The node's attributes with defaults filled in; unknown or missing ones are errors."""
+        """The node's attributes with defaults filled in.
+
+        Unknown, missing required and wrongly-kinded attributes are errors; all of a node's
+        attribute problems are listed in one OpAttributeError, so that a malformed model is
+        fixed in one round.
+        """
+        problems = []
         unknown = set(node.attrs) - set(self.attrs)
         if unknown:
-            raise OpAttributeError(
-                f"node '{node.name}' ({self.name}): unknown attribute(s) {sorted(unknown)}; "
-                f"{self.name} accepts {sorted(self.attrs) or 'no attributes'}"
-            )
+            problems.append(f"unknown attribute(s) {sorted(unknown)}; {self.name} accepts "
+                            f"{sorted(self.attrs) or 'no attributes'}")
         resolved = {}
         for key, spec in self.attrs.items():
             if key in node.attrs:
-                resolved[key] = _coerce_attr(self.name, node, key, spec, node.attrs[key])
+                value, problem = _coerce_attr(key, spec, node.attrs[key])
+                if problem:
+                    problems.append(problem)
+                resolved[key] = value
             elif spec.default is REQUIRED:
-                raise OpAttributeError(
-                    f"node '{node.name}' ({self.name}): required attribute '{key}' is missing"
-                )
+                problems.append(f"required attribute '{key}' is missing")
             else:
                 resolved[key] = spec.default
+        if problems:
+            raise OpAttributeError(f"node '{node.name}' ({self.name}): " + "; ".join(problems))
         return resolved
 
     def check_arity(self, node: "Node") -> None:
@@ -145,37 +152,58 @@ class OpDef:
                              f"{'any' if self.max_outputs < 0 else self.max_outputs}")
 
 
-def _coerce_attr(op_name: str, node: "Node", key: str, spec: Attr, value: Any) -> Any:
-    """Check an attribute value against its declared kind (ints given as floats are converted
-    when exact, numbers for floats become floats); mismatches name the node and attribute."""
-    def bad() -> OpAttributeError:
-        return OpAttributeError(f"node '{node.name}' ({op_name}): attribute '{key}' must be "
-                                f"of kind {spec.kind}, got {type(value).__name__} {value!r:.60}")
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
-    if spec.kind == "int":
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
-                                                             np.floating)):
-            raise bad()
-        if float(value) != int(value):
-            raise bad()
-        return int(value)
-    if spec.kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
-                                                             np.floating)):
-            raise bad()
-        return float(value)
-    if spec.kind == "string" and not isinstance(value, str):
-        raise bad()
-    if spec.kind in ("ints", "floats", "strings"):
-        if not isinstance(value, (list, tuple)):
-            raise bad()
-        if spec.kind == "ints":
-            if any(isinstance(v, bool) or float(v) != int(v) for v in value):
-                raise bad()
-            return [int(v) for v in value]
-        if spec.kind == "floats":
-            return [float(v) for v in value]
-    return value
+
+def _is_number(value: Any) -> bool:
+    return _is_int(value) or isinstance(value, (float, np.floating))
+
+
+def _coerce_attr(key: str, spec: Attr, value: Any) -> tuple[Any, str | None]:
+    """``(value, None)`` with numbers normalized to Python ints/floats, or ``(value, problem)``
+    when the value is not of the declared kind.
+
+    Kinds are strict: a float is never an int (a float ``perm`` or ``axis`` in a model file is
+    a malformed model, not something to round), but an int is a valid float, as in ONNX's own
+    checker.  A value of None stands for "not given" and passes.
+    """
+    from ember.ir.graph import Graph
+    from ember.ir.types import OptionalType, SequenceType, TensorType
+
+    if value is None or spec.kind == "any":
+        return value, None
+    scalar_checks = {"int": _is_int, "float": _is_number, "string": lambda v: isinstance(v, str)}
+    if spec.kind in scalar_checks:
+        if scalar_checks[spec.kind](value):
+            return (int(value) if spec.kind == "int" else
+                    float(value) if spec.kind == "float" else value), None
+    elif spec.kind in ("ints", "floats", "strings"):
+        item_kind = spec.kind[:-1]
+        if isinstance(value, (list, tuple)) and all(scalar_checks[item_kind](v) for v in value):
+            convert = {"int": int, "float": float, "string": str}[item_kind]
+            return [convert(v) for v in value], None
+    elif spec.kind == "tensor":
+        if isinstance(value, np.ndarray):
+            return value, None
+    elif spec.kind == "graph":
+        if isinstance(value, Graph):
+            return value, None
+    elif spec.kind == "graphs":
+        if isinstance(value, list) and all(isinstance(v, Graph) for v in value):
+            return value, None
+    elif spec.kind == "type":
+        if isinstance(value, (TensorType, SequenceType, OptionalType)):
+            return value, None
+    return value, (f"attribute '{key}' must be of kind {spec.kind}, got "
+                   f"{_describe_value(value)}")
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"an array of {value.dtype}{list(value.shape)}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 _REGISTRY: dict[str, OpDef] = {}

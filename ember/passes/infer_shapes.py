@@ -7,8 +7,14 @@ Gather/Concat/Unsqueeze/Slice/arithmetic that exporters wrap around it are folde
 their numpy reference on those values.  That is how ``Reshape(x, Concat(Shape(x)[0], -1))``
 infers ``N x 512`` instead of an unknown shape.
 
-Declared types (ONNX value_info) fill what inference leaves unknown; inferred dims win where
-both are known, since declared types are sometimes stale.
+Declared types (ONNX value_info, graph outputs) fill what inference leaves unknown.  Where both
+know a dim they must agree: a declared ``float32[3]`` for a value inferred ``int64[5]`` is a
+broken model, and every such value is listed in one ShapeError.  A declared dim that is a symbol
+or unknown agrees with anything, and so does an inferred one that is.
+
+Known values are folded only when every output is a small static tensor, checked *before* the
+reference runs: a ConstantOfShape or Range whose size inference could not bound never
+materializes here (constant folding proper, with the memory budget, is ``fold_constants.py``).
 """
 
 from __future__ import annotations
@@ -33,26 +39,38 @@ _MAX_FOLD_ELEMENTS = 4096
 
 
 def infer_shapes(graph: Graph, outer_known: dict[str, Any] | None = None,
-                 outer_types: dict[str, ValueType | None] | None = None) -> Graph:
+                 outer_types: dict[str, ValueType | None] | None = None, *,
+                 check_declared: bool = True) -> Graph:
     """Fill ``graph.types`` for every value (in place; also returns the graph).
 
     ``outer_known``/``outer_types`` are the known values and types of enclosing graphs, for
     subgraphs (If/Loop/Scan bodies), which may read those values by name.
+    ``check_declared=False`` lets inferred types replace contradicting recorded ones silently:
+    specialization uses it, because by then the recorded types are ember's own inference for
+    symbolic shapes (the file's declarations were checked at import), and a dim that a stale
+    declaration pinned to the export batch size must yield to the shapes being compiled.
     """
     known: dict[str, Any] = dict(outer_known or {})
     known.update({k: v for k, v in graph.constants.items() if _small(v)})
     outer_types = dict(outer_types or {})
     types = {**outer_types, **graph.types}
+    mismatches: list[str] = []
     for node in graph.nodes:
-        _infer_node(graph, node, types, known)
+        _infer_node(graph, node, types, known, mismatches, check_declared)
     for name, vtype in types.items():
         if vtype is not None and (name not in outer_types or name in graph.types):
             graph.types[name] = vtype
+    if mismatches:
+        raise ShapeError(f"graph '{graph.name}': {len(mismatches)} value(s) have a declared "
+                         f"type that contradicts the inferred one:\n  - "
+                         + "\n  - ".join(mismatches)
+                         + "\nfix the declared types (value_info / graph outputs) or the "
+                           "nodes that produce these values")
     return graph
 
 
 def _infer_node(graph: Graph, node: Node, types: dict[str, ValueType | None],
-                known: dict[str, Any]) -> None:
+                known: dict[str, Any], mismatches: list[str], check_declared: bool) -> None:
     opdef = get_op(node.op)
     if opdef is None:
         return
@@ -68,7 +86,7 @@ def _infer_node(graph: Graph, node: Node, types: dict[str, ValueType | None],
             if vtype is not None and body.types.get(name) is None:
                 body.types[name] = vtype
         try:
-            infer_shapes(body, known, types)
+            infer_shapes(body, known, types, check_declared=check_declared)
         except ShapeError:
             # A body may be invalid for shapes it never runs with (the untaken If branch):
             # its outputs are then simply unknown; running it would report the real error.
@@ -87,8 +105,13 @@ def _infer_node(graph: Graph, node: Node, types: dict[str, ValueType | None],
         if not name:
             continue
         new = inferred[index] if index < len(inferred) else None
-        merged = merge_types(new, types.get(name))
-        types[name] = merged
+        declared = types.get(name)
+        problem = type_mismatch(declared, new)
+        if problem and check_declared:
+            mismatches.append(f"value '{name}' (output {index} of node '{node.name}' "
+                              f"({node.op})) is declared {declared} but inferred {new}: "
+                              f"{problem}")
+        types[name] = new if problem else merge_types(new, declared)
     if node.op in _FOLDABLE:
         _fold_known_value(node, opdef, attrs, known, types)
 
@@ -102,10 +125,12 @@ def _fold_known_value(node: Node, opdef, attrs: dict[str, Any], known: dict[str,
         _fold_size(node, known, types)
         return
     for name in node.outputs:  # never materialize a large tensor just to learn its value
+        if not name:
+            continue
         vtype = types.get(name)
-        if isinstance(vtype, TensorType) and (vtype.shape is None or not vtype.is_static or
-                                              _count(vtype.shape) > _MAX_FOLD_ELEMENTS):
-            return
+        if not (isinstance(vtype, TensorType) and vtype.is_static and
+                _count(vtype.shape) <= _MAX_FOLD_ELEMENTS):
+            return  # of unknown or large size: running the reference could allocate anything
     args = []
     for name in node.inputs:
         if not name:
@@ -170,6 +195,41 @@ def _simplify(value: np.ndarray) -> np.ndarray:
 
 def _small(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.size <= _MAX_FOLD_ELEMENTS
+
+
+def type_mismatch(declared: ValueType | None, inferred: ValueType | None) -> str | None:
+    """How a declared type contradicts an inferred one, or None when they agree.
+
+    Unknown parts agree with anything, and so do symbolic dims (``N`` may well be 3); only
+    concrete disagreements count: element type, kind (tensor/sequence/optional), rank, or a
+    dim known on both sides.
+    """
+    if declared is None or inferred is None:
+        return None
+    if isinstance(declared, TensorType) and isinstance(inferred, TensorType):
+        if declared.dtype != inferred.dtype:
+            return f"element type {declared.dtype} is not {inferred.dtype}"
+        if declared.shape is None or inferred.shape is None:
+            return None
+        if len(declared.shape) != len(inferred.shape):
+            return f"rank {len(declared.shape)} is not {len(inferred.shape)}"
+        for axis, (want, got) in enumerate(zip(declared.shape, inferred.shape)):
+            if isinstance(want, int) and isinstance(got, int) and want != got:
+                return f"dimension {axis} is {want}, not {got}"
+        return None
+    for kind in (SequenceType, OptionalType):
+        if isinstance(declared, kind) and isinstance(inferred, kind):
+            return type_mismatch(declared.elem, inferred.elem)
+    return f"a {_kind_name(declared)} is not a {_kind_name(inferred)}"
+
+
+def types_compatible(declared: ValueType | None, inferred: ValueType | None) -> bool:
+    return type_mismatch(declared, inferred) is None
+
+
+def _kind_name(vtype: ValueType) -> str:
+    return {TensorType: "tensor", SequenceType: "sequence", OptionalType: "optional"}.get(
+        type(vtype), type(vtype).__name__)
 
 
 def merge_types(inferred: ValueType | None, declared: ValueType | None) -> ValueType | None:

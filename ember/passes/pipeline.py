@@ -6,7 +6,9 @@
            explicit (affine, vectorizable loads), and another round of cleanup
 
 Shape inference runs after every pass that changes the graph, so later passes and lowering
-always see exact static types.
+always see exact static types, and the IR verifier runs after every pass, so a pass that breaks
+an invariant (a dangling value, a constant whose array is not its type) is caught where it
+happened, by name, rather than as a crash in lowering or a wrong result.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ember.passes.explicit_padding import make_padding_explicit
 from ember.passes.fold_batchnorm import fold_batchnorm
 from ember.passes.fold_constants import fold_constants
 from ember.passes.infer_shapes import infer_shapes
+from ember.passes.verify import verify_graph
 
 Pass = Callable[[Graph], int]
 
@@ -34,12 +37,25 @@ def passes_for(opt_level: int) -> list[Pass]:
     return PASSES_BY_LEVEL[min(max(opt_level, 0), max(PASSES_BY_LEVEL))]
 
 
-def optimize(graph: Graph, opt_level: int, log: list[str] | None = None) -> Graph:
-    """Run the passes of ``opt_level`` in place; ``log`` collects what each one changed."""
+def optimize(graph: Graph, opt_level: int, log: list[str] | None = None,
+             memory_limit: int | None = None) -> Graph:
+    """Run the passes of ``opt_level`` in place; ``log`` collects what each one changed.
+
+    ``memory_limit`` (bytes; default ``ember.core.config.memory_limit()``) bounds what constant
+    folding may allocate.
+    """
     for run in passes_for(opt_level):
-        changed = run(graph)
+        changed = _apply(run, graph, memory_limit)
         if changed:
             infer_shapes(graph)
+        verify_graph(graph, stage=f"after graph pass '{run.__name__}'")
         if log is not None:
             log.append(f"{run.__name__}: {changed}")
     return graph
+
+
+def _apply(run: Pass, graph: Graph, memory_limit: int | None) -> int:
+    """Run one pass; those that allocate new constants of data-dependent size get the budget."""
+    if run is fold_constants:
+        return fold_constants(graph, memory_limit)
+    return run(graph)

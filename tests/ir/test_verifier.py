@@ -104,7 +104,8 @@ def test_required_attribute_and_attribute_kind():
     assert "required attribute 'body' is missing" in _problems(missing)[0]
     wrong = _graph([Node(BODY_OP.name, ["x"], ["y"], name="loop", attrs={"body": [body]})],
                    ["y"])
-    assert "attribute 'body' should be of kind 'graph', got list" in _problems(wrong)[0]
+    assert "node 'loop' (test.WithBody): attribute 'body' must be of kind graph, got list" \
+        in _problems(wrong)[0]
 
 
 def test_subgraph_sees_outer_values_defined_before_its_node():
@@ -150,3 +151,26 @@ def test_message_lists_every_problem():
     message = str(info.value)
     assert message.startswith("IR verification failed with 3 problems:")
     assert all(f"missing_{i}" in message for i in range(3))
+
+
+def test_graph_without_outputs_is_invalid():
+    graph = _graph([Node("Abs", ["x"], ["y"], name="abs")], [])
+    assert "graph 'main': the graph has no outputs" in _problems(graph)[0]
+
+
+def test_float_for_an_ints_attribute_is_reported_with_other_attribute_problems():
+    graph = _graph([Node("Transpose", ["x"], ["y"], name="t", attrs={"perm": [1.0, 0.0],
+                                                                     "colour": 1})], ["y"])
+    [problem] = _problems(graph)
+    assert "node 't' (Transpose): unknown attribute(s) ['colour']" in problem
+    assert "attribute 'perm' must be of kind ints, got list [1.0, 0.0]" in problem
+
+
+def test_stage_and_prior_problems_are_part_of_the_error():
+    graph = _graph([Node("Abs", ["ghost"], ["y"], name="abs")], ["y"])
+    with pytest.raises(VerificationError) as info:
+        verify(graph, ops, stage="after graph pass 'p'", prior_problems=["found earlier"])
+    assert str(info.value).startswith("IR verification failed after graph pass 'p' with 2 "
+                                      "problems:")
+    assert info.value.problems[0] == "found earlier"
+    assert "input 'ghost' is not defined" in info.value.problems[1]

@@ -206,7 +206,8 @@ def test_old_batch_norm_is_test_and_dropout_ratio():
     (node,) = model.nodes
     assert set(node.attrs) == {"epsilon"} and len(node.outputs) == 1
     drop = helper.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.2)
-    model = _import(drop, [_info("x", ["N", 2])], [_info("y", None), _info("mask", None)],
+    model = _import(drop, [_info("x", ["N", 2])],
+                    [_info("y", None), _info("mask", None, TensorProto.BOOL)],
                     opset=10)
     (node,) = model.nodes
     assert "ratio" not in node.attrs and len(node.inputs) == 2

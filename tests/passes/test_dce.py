@@ -80,7 +80,7 @@ def test_a_node_with_one_live_output_stays_whole():
 
 def test_outputs_that_are_constants_or_inputs_are_kept():
     graph = _graph([helper.make_node("Neg", ["x"], ["dead"], name="dead")],
-                   [_vi("x", F32, [2])], [_vi("x"), _vi("c")],
+                   [_vi("x", F32, [2])], [_vi("x"), _vi("c", I64)],
                    {"c": np.arange(3, dtype=np.int64), "other": np.zeros(1, np.float32)})
     pruned, removed = _eliminate_and_compare(graph, {"x": np.ones(2, np.float32)})
     assert removed == 1 and pruned.nodes == []

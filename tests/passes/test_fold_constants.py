@@ -117,7 +117,7 @@ def test_chain_of_constant_ops_folds_into_one_constant():
 def test_graph_of_constants_only_folds_entirely():
     graph = _graph([helper.make_node("Add", ["a", "b"], ["s"]),
                     helper.make_node("Neg", ["s"], ["y"])],
-                   [], [_vi("y")],
+                   [], [_vi("y", TensorProto.INT32)],
                    {"a": np.arange(4, dtype=np.int32), "b": np.int32(3)})
     folded, count = _fold_and_compare(graph, {})
     assert count == 2 and folded.nodes == []

@@ -117,3 +117,27 @@ def test_missing_shape_of_a_dynamic_input_names_it():
     with pytest.raises(InputError, match="input 'z' has a dynamic shape"):
         specialize(_classifier(), {"x": (2, 3, 8, 8)})
 
+
+
+def test_a_value_info_pinned_to_the_export_batch_yields_to_the_bound_shapes():
+    """Exporters often leave value_info with the batch of the dummy input while the input is
+    dynamic; at import a declared 1 is no contradiction of N, and binding N=2 re-infers it."""
+    graph = import_onnx(helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["h"], name="relu"),
+                           helper.make_node("Neg", ["h"], ["y"], name="neg")], "g",
+                          [_vi("x", F32, ["N", 3])], [_vi("y", F32, ["N", 3])],
+                          value_info=[_vi("h", F32, [1, 3])]),
+        opset_imports=[helper.make_opsetid("", 17)]))
+    bound = specialize(graph, {"x": (2, 3)})
+    assert str(bound.types["h"]) == str(bound.types["y"]) == "f32[2, 3]"
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(ReferenceExecutor(bound).run({"x": x})["y"], -np.maximum(x, 0))
+
+
+def test_negative_bound_dims_are_refused():
+    graph = import_onnx(helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [_vi("x", F32, ["N", 3])], [_vi("y", F32, ["N", 3])]),
+        opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(InputError, match=r"input 'x': shape \(-2, 3\) has a negative dimension"):
+        specialize(graph, {"x": (-2, 3)})

@@ -3,7 +3,10 @@
 The importer reads a ModelProto (from a path, bytes or an object), turns its graph and every
 subgraph into ember IR, applies the version upgrades of ``upgrades.py`` so that every node has
 the semantics of the newest opset, inlines model-local functions, lists all unsupported ops at
-once, and finally runs shape inference.
+once, checks the graph (``ember.ir.verifier``: every value defined once and before use, every
+attribute of its declared kind, ...; all problems listed in one VerificationError) and finally
+runs shape inference, which also compares the types the file declares with the inferred ones.
+Versions, dims and sparse tensors of the file are range-checked on the way in (``validate.py``).
 
 It uses the ``onnx`` package only to parse protobufs and convert tensors; the semantics of
 every op are ember's own (``ember.ops``).
@@ -18,13 +21,18 @@ from typing import Any
 
 import numpy as np
 
+from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dims import sym
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError, ModelLoadError, UnsupportedOpError
 from ember.frontend.onnx.table import ember_op_name, upgrades_for
+from ember.frontend.onnx.validate import (canonical_domain, check_dims, check_opsets,
+                                          dim_problem, sparse_to_array)
 from ember.ir.graph import Graph, Node
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ops.registry import get_op
+from ember.passes.infer_shapes import types_compatible
+from ember.passes.verify import verify_graph
 
 # ONNX ops that ember declines on purpose, with the reason shown to the user.
 _DECLINED_REASONS = {
@@ -47,10 +55,15 @@ def load_onnx_model(model: Any):
             raise ModelLoadError("the ONNX model holds no graph")
         return model
     if isinstance(model, (bytes, bytearray)):
+        if not model:
+            raise ModelLoadError("the bytes given are empty, not an ONNX model")
         try:
-            return onnx.load_model_from_string(bytes(model))
+            proto = onnx.load_model_from_string(bytes(model))
         except Exception as error:
             raise ModelLoadError(f"the bytes given are not a valid ONNX model: {error}") from None
+        if not proto.HasField("graph"):
+            raise ModelLoadError("the bytes given hold no graph: they are not an ONNX model")
+        return proto
     path = Path(os.fspath(model))
     if not path.exists():
         raise ModelLoadError(f"model file '{path}' does not exist")
@@ -74,14 +87,22 @@ def load_onnx_model(model: Any):
     return proto
 
 
-def import_onnx(model: Any, *, infer_shapes: bool = True) -> Graph:
-    """Import an ONNX model (path, bytes or ModelProto) as an ember Graph."""
+def import_onnx(model: Any, *, infer_shapes: bool = True,
+                memory_limit: int | str | None = None) -> Graph:
+    """Import an ONNX model (path, bytes or ModelProto) as an ember Graph.
+
+    ``memory_limit`` (bytes or "8GiB"; default ``ember.core.config.memory_limit()``) bounds
+    the sparse tensors of the file once made dense.
+    """
     proto = load_onnx_model(model)
-    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
+    check_opsets(proto.opset_import, "the model")
+    for function in proto.functions:
+        check_opsets(function.opset_import, f"model-local function '{function.name}'")
+    opsets = {canonical_domain(o.domain): o.version for o in proto.opset_import}
     if not opsets:
         opsets[""] = 1  # IR version 1-2 models carry no opset_import; ONNX says opset 1
     functions = {(f.domain, f.name): f for f in proto.functions}
-    importer = _Importer(opsets, functions)
+    importer = _Importer(opsets, functions, memory_limit)
     graph = importer.import_graph(proto.graph, outer_names=set())
     graph.metadata.update(
         {
@@ -92,6 +113,9 @@ def import_onnx(model: Any, *, infer_shapes: bool = True) -> Graph:
     )
     if importer.unsupported:
         raise UnsupportedOpError(importer.unsupported)
+    # Before inference: an undefined or doubly defined value is reported as what it is, with
+    # everything else wrong with the file, rather than as whatever inference trips over first.
+    verify_graph(graph, stage="after ONNX import", prior_problems=importer.problems)
     if infer_shapes:
         from ember.passes.infer_shapes import infer_shapes as run_inference
 
@@ -100,34 +124,59 @@ def import_onnx(model: Any, *, infer_shapes: bool = True) -> Graph:
 
 
 class _Importer:
-    def __init__(self, opsets: dict[str, int], functions: dict[tuple[str, str], Any]):
+    def __init__(self, opsets: dict[str, int], functions: dict[tuple[str, str], Any],
+                 memory_limit: int | str | None = None):
         self.opsets = opsets
         self.functions = functions
         self.unsupported: list[tuple[str, str, str]] = []
+        # Problems of the file that the graph IR cannot hold (a Constant without an output, a
+        # name given to two initializers); reported together with the verifier's.
+        self.problems: list[str] = []
+        self._memory_limit_setting = memory_limit
+        self._memory_limit: int | None = None
+        self._inlining: list[tuple[str, str]] = []  # functions being expanded, outermost first
         self._node_counter = itertools.count()
+
+    @property
+    def memory_limit(self) -> int:
+        """The budget for dense sparse tensors, resolved on first use (reads the machine's
+        available memory only for models that have sparse tensors)."""
+        if self._memory_limit is None:
+            self._memory_limit = resolve_memory_limit(self._memory_limit_setting)
+        return self._memory_limit
 
     # ------------------------------------------------------------------ graphs
     def import_graph(self, gproto, outer_names: set[str]) -> Graph:
-        from onnx import numpy_helper
-
         graph = Graph(name=gproto.name or "main")
+        where = f"graph '{graph.name}'"
         for init in gproto.initializer:
-            graph.constants[init.name] = self._tensor(init, f"initializer '{init.name}'")
+            self._add_constant(graph, init.name,
+                               self._tensor(init, f"{where}: initializer '{init.name}'"),
+                               "an initializer")
         for sparse in gproto.sparse_initializer:
             name = sparse.values.name
-            graph.constants[name] = numpy_helper.to_array(sparse_to_dense(sparse))
-        for name, array in graph.constants.items():
-            graph.types[name] = _type_of_array(array)
+            array = sparse_to_array(sparse, f"{where}: sparse initializer '{name}'",
+                                    self.memory_limit)
+            self._add_constant(graph, name, _normalize_array(array), "a sparse initializer")
         for vi in gproto.input:
             if vi.name in graph.constants:
                 continue  # an input with an initializer is a weight, not a run-time input
             graph.inputs.append(vi.name)
-            graph.types[vi.name] = value_type(vi.type, f"input '{vi.name}'")
+            graph.types[vi.name] = self._declared_type(vi, f"{where}: input '{vi.name}'")
         for vi in list(gproto.value_info) + list(gproto.output):
-            if vi.HasField("type") and vi.name not in graph.types:
-                declared = value_type(vi.type, f"value '{vi.name}'")
-                if declared is not None:
-                    graph.types[vi.name] = declared
+            if not vi.HasField("type"):
+                continue
+            declared = self._declared_type(vi, f"{where}: value '{vi.name}'")
+            if declared is None:
+                continue
+            if vi.name not in graph.types:
+                graph.types[vi.name] = declared
+            elif not types_compatible(declared, graph.types[vi.name]):
+                # Inputs and weights have their type already; node outputs are compared with
+                # their inferred types by shape inference.
+                self.problems.append(f"{where}: value '{vi.name}' is declared {declared} but is "
+                                     f"{graph.types[vi.name]}; fix its value_info or output "
+                                     f"type in the model")
         graph.outputs = [vi.name for vi in gproto.output]
         visible = outer_names | set(graph.inputs) | set(graph.constants)
         for nproto in gproto.node:
@@ -143,8 +192,13 @@ class _Importer:
             return
         attrs = {a.name: self._attribute(a, name, visible) for a in nproto.attribute}
         if domain == "" and nproto.op_type == "Constant":
-            graph.constants[nproto.output[0]] = constant_value(attrs, name)
-            graph.types[nproto.output[0]] = _type_of_array(graph.constants[nproto.output[0]])
+            if len(nproto.output) != 1 or not nproto.output[0]:
+                self.problems.append(f"graph '{graph.name}': Constant node '{name}' has "
+                                     f"outputs {list(nproto.output)}; a Constant must name "
+                                     f"exactly one output value")
+                return
+            self._add_constant(graph, nproto.output[0], constant_value(attrs, name),
+                               f"Constant node '{name}'")
             visible.add(nproto.output[0])
             return
         node = Node(op=ember_op_name(domain, nproto.op_type), inputs=list(nproto.input),
@@ -169,6 +223,25 @@ class _Importer:
             visible.update(o for o in new.outputs if o)
         builder.pending.clear()
 
+    def _add_constant(self, graph: Graph, name: str, array: np.ndarray, what: str) -> None:
+        """Record a constant; a name given twice is a problem of the file (a dict would keep
+        the last silently)."""
+        if name in graph.constants:
+            self.problems.append(f"graph '{graph.name}': value '{name}' is defined twice, the "
+                                 f"second time by {what}; every value needs a unique name")
+            return
+        graph.constants[name] = array
+        graph.types[name] = _type_of_array(array)
+
+    def _declared_type(self, vi, where: str) -> ValueType | None:
+        """The type a ValueInfoProto declares; a malformed one is recorded as a problem (and
+        the value left untyped) so that every bad declaration is listed at once."""
+        try:
+            return value_type(vi.type, where)
+        except ModelLoadError as error:
+            self.problems.append(str(error))
+            return None
+
     def _check_supported(self, node: Node, onnx_op: str) -> None:
         if get_op(node.op) is not None:
             return
@@ -183,7 +256,7 @@ class _Importer:
         self.unsupported.append((node.op, node.name, reason))
 
     def _attribute(self, aproto, node_name: str, visible: set[str]) -> Any:
-        from onnx import AttributeProto, numpy_helper
+        from onnx import AttributeProto
 
         kind = aproto.type
         if kind == AttributeProto.GRAPH:
@@ -196,7 +269,9 @@ class _Importer:
             return [self._tensor(t, f"attribute '{aproto.name}' of node '{node_name}'")
                     for t in aproto.tensors]
         if kind == AttributeProto.SPARSE_TENSOR:
-            return _normalize_array(numpy_helper.to_array(sparse_to_dense(aproto.sparse_tensor)))
+            return _normalize_array(sparse_to_array(
+                aproto.sparse_tensor, f"attribute '{aproto.name}' of node '{node_name}'",
+                self.memory_limit))
         if kind == AttributeProto.TYPE_PROTO:
             return value_type(aproto.tp, f"attribute '{aproto.name}'")
         if kind == AttributeProto.TYPE_PROTOS:
@@ -219,6 +294,7 @@ class _Importer:
     def _tensor(self, tproto, where: str) -> np.ndarray:
         from onnx import numpy_helper
 
+        check_dims(tproto.dims, where)
         try:
             array = numpy_helper.to_array(tproto)
         except Exception as error:
@@ -229,7 +305,19 @@ class _Importer:
     # ------------------------------------------------------------------ functions
     def _inline_function(self, nproto, graph: Graph, visible: set[str]) -> None:
         """Expand a call of a model-local function into its body, renaming its values."""
-        fproto = self.functions[(nproto.domain, nproto.op_type)]
+        key = (nproto.domain, nproto.op_type)
+        if key in self._inlining:
+            chain = " -> ".join(f"{d}.{n}" if d else n for d, n in self._inlining + [key])
+            raise ModelLoadError(f"model-local function '{nproto.op_type}' calls itself "
+                                 f"({chain}); recursive functions cannot be inlined, and ONNX "
+                                 f"does not allow them")
+        self._inlining.append(key)
+        try:
+            self._expand_function(nproto, self.functions[key], graph, visible)
+        finally:
+            self._inlining.pop()
+
+    def _expand_function(self, nproto, fproto, graph: Graph, visible: set[str]) -> None:
         prefix = f"{nproto.name or nproto.op_type}_{next(self._node_counter)}__"
         rename = {formal: actual for formal, actual in zip(fproto.input, nproto.input)}
         rename.update({formal: actual for formal, actual in zip(fproto.output, nproto.output)})
@@ -299,8 +387,12 @@ def value_type(tproto, where: str) -> ValueType | None:
         if not tt.HasField("shape"):
             return TensorType(dtype, None)
         dims = []
-        for d in tt.shape.dim:
+        for axis, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value"):
+                problem = dim_problem(int(d.dim_value))
+                if problem:
+                    raise ModelLoadError(f"{where}: dimension {axis} of its declared type "
+                                         f"{problem}; fix the type in the model")
                 dims.append(int(d.dim_value))
             elif d.HasField("dim_param") and d.dim_param:
                 dims.append(sym(d.dim_param))
@@ -330,23 +422,6 @@ def constant_value(attrs: dict[str, Any], node_name: str) -> np.ndarray:
         if key in attrs:
             return np.asarray(attrs[key], dtype=dtype)
     raise ModelLoadError(f"Constant node '{node_name}' has no value attribute")
-
-
-def sparse_to_dense(sparse):
-    """A SparseTensorProto as a dense TensorProto."""
-    from onnx import helper, numpy_helper
-
-    values = numpy_helper.to_array(sparse.values)
-    indices = numpy_helper.to_array(sparse.indices)
-    shape = tuple(sparse.dims)
-    dense = np.zeros(int(np.prod(shape)) if shape else 1, dtype=values.dtype)
-    if indices.ndim == 2:  # COO with one row per index tuple
-        flat = np.ravel_multi_index(tuple(indices.T), shape)
-    else:
-        flat = indices
-    dense[flat] = values
-    return helper.make_tensor(sparse.values.name, sparse.values.data_type, shape,
-                              dense.reshape(shape).flatten().tolist())
 
 
 def _normalize_array(array: np.ndarray) -> np.ndarray:

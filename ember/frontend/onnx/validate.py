@@ -1,0 +1,136 @@
+"""Checks of the parts of an ONNX file that ember's graph IR cannot represent wrongly later.
+
+The importer turns a ModelProto into a Graph; what the file says about versions, dimensions and
+sparse tensors must be checked on the way in, because afterwards a negative dim is just an int,
+an opset of 999 is just a number and a sparse index out of range is an IndexError deep in numpy.
+Each check names the value or tensor concerned and says what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import numpy as np
+
+from ember.core.config import format_size, raise_limit_hint
+from ember.core.errors import MemoryBudgetError, ModelLoadError
+
+# The largest dimension ember accepts in a model file.  ONNX stores dims as int64, but a single
+# axis longer than 2**31 - 1 elements is corrupt or hostile data in every real model; the bound
+# keeps the product of any two dims inside int64, so the int64 shape arithmetic that exporters
+# wrap around Shape (Mul/Concat/Reshape, folded during shape inference) cannot overflow on one
+# product, and index arithmetic on an axis fits a 32-bit int.  Sizes of whole tensors are bounded
+# separately, by the memory budget (ember.core.config).
+MAX_DIM = 2**31 - 1
+
+DEFAULT_DOMAIN = ""
+ML_DOMAIN = "ai.onnx.ml"
+
+
+def canonical_domain(domain: str) -> str:
+    return DEFAULT_DOMAIN if domain in ("", "ai.onnx") else domain
+
+
+def newest_opsets() -> dict[str, int]:
+    """The newest opset of each domain whose version ember checks, as this onnx package knows
+    it (ember implements the newest semantics and upgrades older versions to them)."""
+    import onnx.defs
+
+    return {DEFAULT_DOMAIN: onnx.defs.onnx_opset_version(),
+            ML_DOMAIN: onnx.defs.onnx_ml_opset_version()}
+
+
+def check_opsets(opset_imports: Iterable[Any], where: str) -> None:
+    """Raise ModelLoadError listing every opset import of a known domain out of 1..newest.
+
+    Custom domains (a model's own functions, vendor ops) have versions ember cannot judge.
+    """
+    newest = newest_opsets()
+    problems = []
+    too_new = False
+    for entry in opset_imports:
+        domain = canonical_domain(entry.domain)
+        if domain not in newest:
+            continue
+        if not 1 <= entry.version <= newest[domain]:
+            label = "the default domain (ai.onnx)" if domain == DEFAULT_DOMAIN else \
+                f"domain '{domain}'"
+            problems.append(f"opset {entry.version} of {label}: valid opsets are 1 to "
+                            f"{newest[domain]}")
+            too_new = too_new or entry.version > newest[domain]
+    if problems:
+        hint = (" (if the opset is real, a newer onnx package knows it: pip install -U onnx)"
+                if too_new else "")
+        raise ModelLoadError(f"{where} imports invalid opset versions: " + "; ".join(problems)
+                             + f". Fix the model's opset_import{hint}")
+
+
+def dim_problem(dim: int) -> str | None:
+    """Why ``dim`` (a concrete dimension from the file) is out of range, or None."""
+    if dim < 0:
+        return f"is negative ({dim})"
+    if dim > MAX_DIM:
+        return f"is {dim:,}, larger than the largest dimension ember accepts ({MAX_DIM:,})"
+    return None
+
+
+def check_dims(dims: Iterable[int], where: str) -> None:
+    """Raise ModelLoadError if a concrete dim of a tensor in the file is out of range."""
+    for axis, dim in enumerate(dims):
+        problem = dim_problem(int(dim))
+        if problem:
+            raise ModelLoadError(f"{where}: dimension {axis} {problem}; the model file is "
+                                 f"corrupt or was written wrongly")
+
+
+def sparse_to_array(sparse: Any, where: str, memory_limit: int) -> np.ndarray:
+    """The dense array of a SparseTensorProto, after checking that it is well formed.
+
+    ONNX stores ``values`` (NNZ values) and ``indices``, either NNZ linear indices into the
+    flattened tensor or an ``NNZ x rank`` matrix of coordinates.  The dense array is refused if
+    it would exceed ``memory_limit`` bytes: a few bytes of file can describe terabytes.
+    """
+    from onnx import numpy_helper
+
+    shape = tuple(int(d) for d in sparse.dims)
+    check_dims(shape, where)
+    try:
+        values = numpy_helper.to_array(sparse.values)
+        indices = numpy_helper.to_array(sparse.indices) if sparse.HasField("indices") else \
+            np.zeros((0,), np.int64)
+    except Exception as error:
+        raise ModelLoadError(f"{where}: cannot read the sparse tensor's values or indices "
+                             f"({error})") from None
+    count = math.prod(shape)
+    nbytes = count * values.dtype.itemsize
+    if nbytes > memory_limit:
+        raise MemoryBudgetError(
+            f"{where}: the sparse tensor of shape {list(shape)} is {format_size(nbytes)} dense, "
+            f"more than the memory limit of {format_size(memory_limit)}; "
+            f"{raise_limit_hint(nbytes)}", nbytes, memory_limit)
+    if values.ndim != 1:
+        raise ModelLoadError(f"{where}: sparse values must be a 1-D tensor, got shape "
+                             f"{list(values.shape)}")
+    nnz = values.shape[0]
+    if indices.dtype.kind not in "iu":
+        raise ModelLoadError(f"{where}: sparse indices must be integers, got {indices.dtype}")
+    if indices.ndim == 1 and indices.shape[0] == nnz:
+        bad = (indices < 0) | (indices >= count)
+        flat = indices
+    elif indices.ndim == 2 and indices.shape == (nnz, len(shape)):
+        bad = ((indices < 0) | (indices >= np.asarray(shape, dtype=np.int64))).any(axis=1)
+        strides = np.asarray([math.prod(shape[axis + 1:]) for axis in range(len(shape))],
+                             dtype=np.int64)
+        flat = indices.astype(np.int64) @ strides if not bad.any() else indices
+    else:
+        raise ModelLoadError(f"{where}: sparse indices of shape {list(indices.shape)} do not "
+                             f"fit {nnz} values of a rank-{len(shape)} tensor (expected "
+                             f"[{nnz}] or [{nnz}, {len(shape)}])")
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise ModelLoadError(f"{where}: sparse index {indices[first].tolist()} (entry {first}) "
+                             f"is out of range for shape {list(shape)}")
+    dense = np.zeros(count, dtype=values.dtype)
+    dense[flat] = values
+    return dense.reshape(shape)
