@@ -13,17 +13,23 @@ dynamic shapes.
 from __future__ import annotations
 
 import tempfile
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ember.build.pipeline import Build, BuildOptions, build_graph
+from ember.core.config import parse_size
 from ember.core.errors import InputError
 from ember.core.target import Target
 from ember.ir.graph import Graph
 from ember.ir.types import TensorType
-from ember.runtime.model import CompiledModel
+from ember.runtime.binding import as_array, bind_call, bind_run, call_result
+from ember.runtime.errors import ModelLoadError
+from ember.runtime.manifest import HostNodeEntry
+from ember.runtime.model import CompiledModel, HostFunction
 
 
 def _as_graph(model: Any) -> Graph:
@@ -35,13 +41,24 @@ def _as_graph(model: Any) -> Graph:
 
 
 class Module:
-    """A compiled model: call it on numpy arrays; ``save`` writes an artifact."""
+    """A compiled model: call it on numpy arrays; ``save`` writes an artifact.
+
+    ``module(*arrays, **named)`` returns the output array of a one-output model, else a tuple
+    of arrays in output order; ``module.run(feeds)`` takes a dict name -> array (or a
+    list/tuple in input order) and returns a dict name -> array -- the call contract of the
+    runtime's ``CompiledModel`` too (:mod:`ember.runtime.binding`).  Thread-safe: concurrent
+    first calls with a new input shape compile that variant once.
+    """
 
     def __init__(self, graph: Graph, options: BuildOptions,
                  input_shapes: Mapping[str, Sequence[int]] | None = None):
         self.graph = graph
         self.options = options
         self._variants: dict[tuple, tuple[Build, CompiledModel]] = {}
+        # Variants being compiled, so that concurrent first calls wait instead of compiling
+        # the same shapes again; the lock guards both dicts and _num_threads.
+        self._pending: dict[tuple, Future] = {}
+        self._variants_lock = threading.Lock()
         self._last: tuple[Build, CompiledModel] | None = None
         self._num_threads: int | None = None
         self._workdirs: list[tempfile.TemporaryDirectory] = []
@@ -66,21 +83,45 @@ class Module:
 
     def _variant(self, shapes: dict[str, tuple[int, ...]]) -> tuple[Build, CompiledModel]:
         key = tuple(sorted(shapes.items()))
-        if key not in self._variants:
-            from ember.package.artifact import save_artifact
+        with self._variants_lock:
+            ready = self._variants.get(key)
+            pending = self._pending.get(key) if ready is None else None
+            owner = ready is None and pending is None
+            if owner:
+                pending = self._pending[key] = Future()
+        if ready is None:
+            assert pending is not None
+            if not owner:
+                ready = pending.result()  # another thread compiles it; its error is ours
+            else:
+                try:
+                    ready = self._build_variant(shapes)
+                except BaseException as error:
+                    with self._variants_lock:
+                        del self._pending[key]  # a later call tries again
+                    pending.set_exception(error)
+                    raise
+                with self._variants_lock:
+                    self._variants[key] = ready
+                    del self._pending[key]
+                pending.set_result(ready)
+        self._last = ready
+        return ready
 
-            build = build_graph(self.graph, shapes, self.options)
-            # Loading from the saved form runs exactly what a deployment runs; the directory
-            # lives as long as the module (profilers and debuggers can then find the library).
-            workdir = tempfile.TemporaryDirectory(prefix="ember-module-")
-            self._workdirs.append(workdir)
-            artifact = save_artifact(build, Path(workdir.name) / "model.ember")
-            runtime = CompiledModel(artifact, host_resolver=_HostResolver(build))
+    def _build_variant(self, shapes: dict[str, tuple[int, ...]]) -> tuple[Build, CompiledModel]:
+        from ember.package.artifact import save_artifact
+
+        build = build_graph(self.graph, shapes, self.options)
+        # Loading from the saved form runs exactly what a deployment runs; the directory
+        # lives as long as the module.
+        workdir = tempfile.TemporaryDirectory(prefix="ember-module-")
+        self._workdirs.append(workdir)
+        artifact = save_artifact(build, Path(workdir.name) / "model.ember")
+        runtime = CompiledModel(artifact, host_resolver=_HostResolver(build))
+        with self._variants_lock:
             if self._num_threads is not None:
                 runtime.set_num_threads(self._num_threads)
-            self._variants[key] = (build, runtime)
-        self._last = self._variants[key]
-        return self._last
+        return build, runtime
 
     # ------------------------------------------------------------------ running
     @property
@@ -91,25 +132,31 @@ class Module:
     def output_names(self) -> list[str]:
         return list(self.graph.outputs)
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run on named inputs; returns outputs by name."""
-        if not isinstance(feeds, Mapping):
-            raise InputError("Module.run takes a dict of input name -> array")
-        shapes = {name: tuple(feeds[name].shape) for name in self.graph.inputs
-                  if isinstance(feeds.get(name), (np.ndarray, np.generic))}
-        _, runtime = self._variant(self._shapes_from(shapes))
-        return runtime.run(feeds)
+    def run(self, feeds: Any) -> dict[str, np.ndarray]:
+        """Run on a dict name -> array (or a list/tuple in input order); outputs by name."""
+        return self._run(bind_run(self.input_names, feeds))
 
-    def __call__(self, *args: np.ndarray, **kwargs: np.ndarray):
-        feeds = dict(zip(self.graph.inputs, args))
-        feeds.update(kwargs)
-        outputs = self.run(feeds)
-        values = [outputs[name] for name in self.graph.outputs]
-        return values[0] if len(values) == 1 else tuple(values)
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        """Run on positional and/or named arrays: the output array of a one-output model,
+        else a tuple of arrays in output order."""
+        return call_result(self.output_names,
+                           self._run(bind_call(self.input_names, args, kwargs)))
+
+    def _run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        from ember.interp.reference import check_inputs
+
+        arrays = {name: as_array(name, value, _describe(self.graph.types.get(name)))
+                  for name, value in feeds.items()}
+        check_inputs(self.graph, arrays)  # dtype, rank, static dims: before compiling
+        shapes = {name: tuple(array.shape) for name, array in arrays.items()}
+        _, runtime = self._variant(self._shapes_from(shapes))
+        return runtime.run(arrays)
 
     def set_num_threads(self, count: int) -> None:
-        self._num_threads = int(count)
-        for _, runtime in self._variants.values():
+        with self._variants_lock:
+            self._num_threads = int(count)
+            runtimes = [runtime for _, runtime in self._variants.values()]
+        for runtime in runtimes:
             runtime.set_num_threads(count)
 
     # ------------------------------------------------------------------ reporting
@@ -130,6 +177,13 @@ class Module:
         return save_artifact(self.build, path)
 
 
+def _describe(vtype: Any) -> str:
+    """A value type as the runtime spells buffers (``float32[2, 3]``), for messages."""
+    if isinstance(vtype, TensorType) and vtype.shape is not None:
+        return f"{vtype.dtype.numpy.name}[{', '.join(str(d) for d in vtype.shape)}]"
+    return str(vtype)
+
+
 class _HostResolver:
     """Builds the Python side of fallback nodes from the build that declared them."""
 
@@ -137,8 +191,8 @@ class _HostResolver:
         self._impls = {impl.index: impl for impl in build.host_nodes}
         self._graph = build.graph
 
-    def __call__(self, entry: dict[str, Any]):
-        return host_function(self._impls[int(entry["index"])].node, self._graph)
+    def __call__(self, entry: HostNodeEntry) -> HostFunction:
+        return host_function(self._impls[entry.index].node, self._graph)
 
 
 def host_function(node, graph: Graph):
@@ -161,28 +215,87 @@ def host_function(node, graph: Graph):
     return run
 
 
-def _resolve_from_manifest(entry: dict[str, Any]):
+def _resolve_from_manifest(entry: HostNodeEntry) -> HostFunction:
+    """Rebuild a fallback node from its host_nodes.json entry: a one-node graph whose node
+    must be the op the manifest names, reading and writing the buffers the manifest lists
+    (which the runtime checked against the library's signature).  Anything else in the file
+    is a ModelLoadError: its content is as untrusted as the rest of the artifact."""
     from ember.ir.serialize import graph_from_json
+    from ember.ir.verifier import verify
+    from ember.ops.registry import get_op
 
-    graph = graph_from_json(entry["node"])
-    return host_function(graph.nodes[0], graph)
+    where = f"host_nodes.json, node {entry.index} ({entry.op!r})"
+    detail = entry.detail
+    if not isinstance(detail, Mapping) or set(detail) != {"node"}:
+        raise ModelLoadError(f"{where}: the entry must be an object with one field 'node'")
+    try:
+        graph = graph_from_json(detail["node"])
+        verify(graph, get_op)
+    except ModelLoadError as error:
+        raise ModelLoadError(f"{where}: {error}") from None
+    except RecursionError:
+        raise ModelLoadError(f"{where}: the node graph is nested too deeply") from None
+    except Exception as error:  # noqa: BLE001 -- whatever the decoder trips over
+        raise ModelLoadError(f"{where}: not a valid node graph ({type(error).__name__}: "
+                             f"{error})") from None
+    if len(graph.nodes) != 1:
+        raise ModelLoadError(f"{where}: holds {len(graph.nodes)} nodes, expected one")
+    node = graph.nodes[0]
+    if node.op != entry.op:
+        raise ModelLoadError(f"{where}: the node is a {node.op!r}, the manifest says "
+                             f"{entry.op!r}")
+    reads = [n for n in node.inputs if n] + node.implicit_inputs()
+    writes = [n for n in node.outputs if n]
+    _check_buffers(where, "inputs", reads, entry.inputs, graph)
+    _check_buffers(where, "outputs", writes, entry.outputs, graph)
+    if tuple(node.implicit_inputs()) != entry.implicit_inputs:
+        raise ModelLoadError(f"{where}: the node's subgraphs read {node.implicit_inputs()}, "
+                             f"the manifest says {list(entry.implicit_inputs)}")
+    return host_function(node, graph)
+
+
+def _check_buffers(where: str, kind: str, names: list[str], specs: Sequence[Any],
+                   graph: Graph) -> None:
+    """The node's values must be the buffers the manifest (and so the library) has."""
+    if len(names) != len(specs):
+        raise ModelLoadError(f"{where}: the node has {len(names)} {kind}, the manifest lists "
+                             f"{len(specs)}")
+    for name, spec in zip(names, specs):
+        vtype = graph.types.get(name)
+        if not isinstance(vtype, TensorType) or not vtype.is_static or \
+                vtype.dtype.numpy.name != spec.dtype or \
+                tuple(int(d) for d in vtype.shape) != spec.shape:
+            raise ModelLoadError(f"{where}: value {name!r} is {vtype}, the manifest's buffer "
+                                 f"is {spec.describe()}")
 
 
 def compile(model: Any, target: str | Target = "native", opt_level: int = 2,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
-            sanitize: bool = False) -> Module:
+            sanitize: bool = False, memory_limit: int | str | None = None) -> Module:
     """Compile an ONNX model (path, bytes, ModelProto) or an ember Graph to native code.
 
     ``input_shapes`` fixes the shapes of dynamic inputs (otherwise the first call does);
     ``sanitize=True`` builds with AddressSanitizer and UBSan (for tests: the process must
     preload the sanitizer runtime, see ``ember.toolchain.compiler.sanitizer_preload``).
+    ``memory_limit`` (bytes, or a string like ``"8GiB"``) is the most memory compiling and
+    running may need; default: ``$EMBER_MEMORY_LIMIT``, else the memory available (see
+    ``ember.core.config``).  A model that needs more is refused with a MemoryBudgetError.
     """
+    if memory_limit is not None:
+        memory_limit = parse_size(memory_limit)  # a typo fails now, not at the first call
     graph = _as_graph(model)
     resolved = target if isinstance(target, Target) else Target.parse(target)
-    options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize)
+    options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
+                           memory_limit=memory_limit)
     return Module(graph, options, input_shapes)
 
 
-def load(path: str | Path) -> CompiledModel:
-    """Load an artifact, with ember's numpy references available for fallback nodes."""
-    return CompiledModel(path, host_resolver=_resolve_from_manifest)
+def load(path: str | Path, *, expected_digest: str | None = None) -> CompiledModel:
+    """Load an artifact, with ember's numpy references available for fallback nodes.
+
+    ``expected_digest`` (a ``CompiledModel.digest`` recorded earlier) refuses any other
+    artifact; without it, loading runs the artifact's library, so load only artifacts from a
+    source you trust.
+    """
+    return CompiledModel(path, host_resolver=_resolve_from_manifest,
+                         expected_digest=expected_digest)

@@ -462,16 +462,17 @@ def _save_outputs(outputs: Mapping[str, Any], directory: Path) -> list[str]:
 def _run_artifact(args: argparse.Namespace, console: Console) -> int:
     """``ember run ARTIFACT``: run a compiled artifact directory."""
     from ember.api import load as load_artifact
+    from ember.runtime.dtypes import numpy_dtype
 
     model = load_artifact(args.model)
     feeds = {name: _load_npy(name, path) for name, path in args.input}
     rng = np.random.default_rng(args.seed)
     sources = {name: "file" for name in feeds}
     for spec in model.inputs:
-        if spec["name"] not in feeds:
-            dtype = DType.from_numpy(np.dtype(spec["dtype"]))
-            feeds[spec["name"]] = _random_array(dtype, tuple(spec["shape"]), rng)
-            sources[spec["name"]] = f"random (seed {args.seed})"
+        if spec.name not in feeds:
+            dtype = DType.from_numpy(numpy_dtype(spec.dtype))
+            feeds[spec.name] = _random_array(dtype, spec.shape, rng)
+            sources[spec.name] = f"random (seed {args.seed})"
     outputs = model.run(feeds)
     console.print(_values_table("Inputs", feeds, sources))
     console.print(_values_table("Outputs", outputs))

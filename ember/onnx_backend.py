@@ -2,11 +2,14 @@
 
     import ember.onnx_backend as backend
     rep = backend.prepare("model.onnx")          # mode="compiled": one native library
-    outputs = rep.run([x])                       # list of arrays, in graph-output order
+    outputs = rep.run([x])                       # a tuple of arrays, in graph-output order
 
 ``mode="reference"`` runs ember's numpy oracle (every op's reference) instead of compiling.
 
-``prepare`` accepts a path, bytes or a ModelProto.
+``prepare`` accepts a path, bytes or a ModelProto.  ``run`` binds its inputs as every ember
+model does (:mod:`ember.runtime.binding`): a list/tuple in graph-input order or a dict by
+name; a single ndarray is one input, never a stack of inputs.  It returns a tuple, as the
+``onnx.backend`` API says.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from typing import Any, Sequence
 import numpy as np
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
-from ember.core.errors import EmberError, InputError
+from ember.core.errors import EmberError
 from ember.frontend.onnx.importer import import_onnx, load_onnx_model
 from ember.interp.reference import ReferenceExecutor
 from ember.ir.graph import Graph
+from ember.runtime.binding import bind_run
 
 MODES = ("compiled", "reference")
 DEFAULT_MODE = "compiled"
@@ -45,24 +49,14 @@ class EmberRep(BackendRep):
         return self._module
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
-        feeds = self._feeds(inputs)
+        """Run on a list/tuple of inputs in graph-input order (a single ndarray is one input)
+        or a dict name -> value; returns the outputs as a tuple in graph-output order."""
+        feeds = bind_run(self.graph.inputs, [] if inputs is None else inputs)
         if self.mode == "reference":
             outputs = self._executor.run(feeds)
         else:
             outputs = self._module.run(feeds)
         return tuple(outputs[name] for name in self.graph.outputs)
-
-    def _feeds(self, inputs: Any) -> dict[str, Any]:
-        names = self.graph.inputs
-        if isinstance(inputs, dict):
-            return dict(inputs)
-        if isinstance(inputs, np.ndarray) and len(names) == 1:
-            inputs = [inputs]
-        inputs = list(inputs) if inputs is not None else []
-        if len(inputs) != len(names):
-            raise InputError(f"the model takes {len(names)} input(s) {names}, "
-                             f"got {len(inputs)}")
-        return dict(zip(names, inputs))
 
 
 class EmberBackend(Backend):

@@ -213,3 +213,21 @@ def test_python_dash_m_ember_cli_reaches_every_command(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: ") and "does not exist" in result.stderr
+
+
+def test_run_refuses_a_tampered_artifact_naming_the_field(tmp_path, capsys):
+    """An edited manifest (digest recomputed, as an attacker would) is a clean CLI error."""
+    import hashlib
+
+    artifact = tmp_path / "static.ember"
+    assert main(["compile", str(_dense_model(tmp_path, batch=2)), "-o", str(artifact)]) == 0
+    capsys.readouterr()
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    manifest["outputs"][0]["shape"] = [1]
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    manifest["manifest_sha256"] = hashlib.sha256(json.dumps(
+        body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    (artifact / "manifest.json").write_text(json.dumps(manifest))
+    status, out, err = _run(capsys, "run", artifact)
+    _assert_error(status, out, err, "outputs[0] ('y') is float32[1] in the manifest, "
+                                    "float32[2, 4] in the library")

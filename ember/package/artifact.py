@@ -1,11 +1,13 @@
 """Write a :class:`~ember.build.Build` as an artifact directory (format: ember.runtime.artifact).
 
 The directory is written under a temporary name and renamed into place at the end, so a
-failure never leaves a half-written artifact where a valid one is expected.
+failure never leaves a half-written artifact where a valid one is expected.  The manifest is
+validated with the runtime's own schema before it is written and sealed with its digest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -17,12 +19,12 @@ import numpy as np
 
 from ember import __version__
 from ember.build.pipeline import Build, describe_value
+from ember.core.errors import EmberError
 from ember.core.target import Target
-from ember.runtime.artifact import FORMAT, FORMAT_VERSION, MANIFEST, sha256_of
-
-LIBRARY = "model.so"
-WEIGHTS = "weights.safetensors"
-HOST_NODES = "host_nodes.json"
+from ember.runtime.artifact import MAX_LIBRARY_BYTES
+from ember.runtime.files import ArtifactDirectory
+from ember.runtime.manifest import (FORMAT, FORMAT_VERSION, HOST_NODES_FILE, LIBRARY_FILE,
+                                    MANIFEST_FILE, WEIGHTS_FILE, parse_manifest, seal)
 
 
 def host_node_entries(build: Build) -> list[dict[str, Any]]:
@@ -65,8 +67,6 @@ def manifest_for(build: Build) -> dict[str, Any]:
         # "arch" and "required_features" are what the runtime checks against the host CPU.
         "target": {**build.target.to_dict(), "arch": build.target.arch,
                    "required_features": required_cpu_features(build.target)},
-        "library": LIBRARY,
-        "weights_file": WEIGHTS,
         "inputs": [describe_value(g, n) for n in g.inputs],
         "outputs": [describe_value(g, n) for n in g.outputs],
         "workspace_size": build.workspace_size,
@@ -76,6 +76,8 @@ def manifest_for(build: Build) -> dict[str, Any]:
                            "shape": list(array.shape)}
                     for i, (name, array) in enumerate(build.weights.items())},
         "host_nodes": host_node_entries(build),
+        # ember_run's index range checks (status code 2 names the node, input and range)
+        "checks": [check.to_dict() for check in build.checks],
     }
 
 
@@ -89,20 +91,23 @@ def save_artifact(build: Build, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        shutil.copyfile(build.library, staging / LIBRARY)
+        library = _verified_library(build)
+        (staging / LIBRARY_FILE).write_bytes(library)
         tensors = {f"w{i}": _as_bytes_if_needed(array)
                    for i, array in enumerate(build.weights.values())}
-        save_file(tensors, str(staging / WEIGHTS))
+        save_file(tensors, str(staging / WEIGHTS_FILE))
         manifest = manifest_for(build)
         if build.host_nodes:
             details = {str(impl.index): {"node": graph_to_json(_node_graph(build, impl.node))}
                        for impl in build.host_nodes}
-            (staging / HOST_NODES).write_text(json.dumps(details))
-        files = [LIBRARY, WEIGHTS] + ([HOST_NODES] if build.host_nodes else [])
-        manifest["files"] = {name: sha256_of(staging / name) for name in files}
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            (staging / HOST_NODES_FILE).write_text(json.dumps(details, allow_nan=False))
+        files = [LIBRARY_FILE, WEIGHTS_FILE] + ([HOST_NODES_FILE] if build.host_nodes else [])
+        manifest["files"] = {name: _sha256_file(staging / name) for name in files}
+        manifest = seal(manifest)
+        parse_manifest(manifest, f"the manifest of '{path}'")  # a writer bug fails here
+        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, allow_nan=False))
         if path.exists():
-            if not (path / MANIFEST).exists():
+            if not (path / MANIFEST_FILE).exists():
                 raise FileExistsError(f"'{path}' exists and is not an ember artifact; "
                                       f"not overwriting it")
             shutil.rmtree(path)
@@ -111,6 +116,22 @@ def save_artifact(build: Build, path: str | Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return path
+
+
+def _verified_library(build: Build) -> bytes:
+    """The library's bytes, read once and checked against the digest the compile cache
+    verified (a cache entry changed since the build is not copied into the artifact)."""
+    library = Path(build.library)
+    with ArtifactDirectory(library.parent) as directory:
+        data = directory.read(library.name, MAX_LIBRARY_BYTES)
+    if build.library_sha256 and hashlib.sha256(data).hexdigest() != build.library_sha256:
+        raise EmberError(f"the compiled library '{library}' changed after it was built; "
+                         f"compile the model again")
+    return data
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _as_bytes_if_needed(array: np.ndarray) -> np.ndarray:

@@ -2,11 +2,13 @@
 
     import ember.runtime
     model = ember.runtime.load("resnet.ember")
-    outputs = model.run({"input": x})
+    outputs = model.run({"input": x})        # dict name -> array
+    y = model(x)                             # the array (a tuple for several outputs)
 """
 
 from ember.runtime.errors import EmberError, ExecutionError, InputError, ModelLoadError
+from ember.runtime.manifest import TensorSpec
 from ember.runtime.model import CompiledModel, load
 
 __all__ = ["CompiledModel", "EmberError", "ExecutionError", "InputError", "ModelLoadError",
-           "load"]
+           "TensorSpec", "load"]

@@ -1,84 +1,129 @@
-"""The artifact format: what a compiled model is on disk.
+"""The artifact format (version 2): what a compiled model is on disk, and reading it safely.
 
-An artifact is a directory::
+An artifact is a directory of fixed file names::
 
     model.ember/
       manifest.json        inputs/outputs (names, shapes, dtypes), target and CPU features,
-                           ember version, memory plan sizes, weight offsets, content hashes
-      model.so             the compiled library (one entry point, ``ember_run``)
+                           ember version, memory sizes, weight offsets, fallback nodes, index
+                           checks, the SHA-256 of every other file, and its own digest
+      model.so             the compiled library (ember_run, ember_workspace_size,
+                           ember_signature)
       weights.safetensors  the constants, one named tensor each
       host_nodes.json      only if some nodes run their numpy reference (fallbacks)
 
-Loading checks every file's SHA-256 against the manifest and the CPU features the code needs
-against this machine, and refuses with a clear error rather than crash later.
+No file name comes from the manifest.  :func:`read_artifact` reads it in an order where
+nothing is used before it was checked: the manifest (a bounded regular file, strict JSON),
+its format and version, its digest, its schema, the CPU features it needs, then every other
+file (regular, bounded, hashed against the manifest).  The library is loaded afterwards, from
+the bytes that were hashed (:mod:`ember.runtime.library`), and cross-checked with the manifest
+through its own signature (:mod:`ember.runtime.signature`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from ember.runtime.cpu import host_arch, host_features
 from ember.runtime.errors import ModelLoadError
+from ember.runtime.files import ArtifactDirectory
+from ember.runtime.manifest import (FORMAT, FORMAT_VERSION, HOST_NODES_FILE, LIBRARY_FILE,
+                                    MANIFEST_FILE, MAX_BYTES, WEIGHTS_FILE, Manifest,
+                                    check_header, parse_manifest, strict_json, verify_digest)
+from ember.runtime.safetensors_io import MAX_HEADER_BYTES
 
-FORMAT = "ember-artifact"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
+__all__ = ["Artifact", "FORMAT", "FORMAT_VERSION", "HOST_NODES_FILE", "LIBRARY_FILE",
+           "MANIFEST_FILE", "WEIGHTS_FILE", "read_artifact"]
 
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    """Read and validate an artifact's manifest (files, hashes, CPU compatibility)."""
-    root = Path(path)
-    if not root.exists():
-        raise ModelLoadError(f"artifact '{root}' does not exist")
-    if not root.is_dir():
-        raise ModelLoadError(f"'{root}' is not an ember artifact directory (it should hold "
-                             f"{MANIFEST}, the library and the weights)")
-    manifest_path = root / MANIFEST
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except FileNotFoundError:
-        raise ModelLoadError(f"'{root}' has no {MANIFEST}: not an ember artifact") from None
-    except (OSError, ValueError) as error:
-        raise ModelLoadError(f"'{manifest_path}' is unreadable or not JSON: {error}") from None
-    if manifest.get("format") != FORMAT:
-        raise ModelLoadError(f"'{manifest_path}' is not an ember artifact manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ModelLoadError(f"artifact format version {manifest.get('format_version')} is not "
-                             f"supported by this runtime (it reads version {FORMAT_VERSION})")
-    for name, expected in manifest.get("files", {}).items():
-        file_path = root / name
-        if not file_path.exists():
-            raise ModelLoadError(f"artifact '{root}' is incomplete: '{name}' is missing")
-        actual = sha256_of(file_path)
-        if actual != expected:
-            raise ModelLoadError(f"artifact '{root}': '{name}' is corrupted or was modified "
-                                 f"(SHA-256 {actual[:12]}… does not match the manifest's "
-                                 f"{expected[:12]}…); rebuild the artifact")
-    check_cpu(manifest, root)
-    return manifest
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_LIBRARY_BYTES = 1 << 30
+MAX_HOST_NODES_BYTES = 1 << 30
 
 
-def check_cpu(manifest: dict[str, Any], root: Path) -> None:
-    target = manifest.get("target", {})
-    arch = target.get("arch")
-    if arch and arch != host_arch():
-        raise ModelLoadError(f"artifact '{root}' was compiled for {arch}; this machine is "
-                             f"{host_arch()}")
-    required = set(target.get("required_features", []))
+@dataclass(frozen=True)
+class Artifact:
+    """A checked artifact: its manifest and the verified bytes of its files."""
+
+    root: Path
+    manifest: Manifest
+    library: bytes
+    weights: bytes
+
+    def source(self, name: str) -> str:
+        return f"artifact '{self.root}': '{name}'"
+
+
+def read_artifact(path: str | Path, expected_digest: str | None = None) -> Artifact:
+    """Read and check the artifact directory ``path`` (see the module docstring).
+
+    ``expected_digest`` pins the artifact: its ``manifest_sha256`` must equal it (the digest
+    covers every file, so this is the one check that also rules out a replaced library).
+    """
+    with ArtifactDirectory(path) as directory:
+        root = directory.root
+        where = f"artifact '{root}': '{MANIFEST_FILE}'"
+        if not directory.exists(MANIFEST_FILE):
+            raise ModelLoadError(f"'{root}' has no {MANIFEST_FILE}: not an ember artifact")
+        data = strict_json(directory.read(MANIFEST_FILE, MAX_MANIFEST_BYTES), where)
+        check_header(data, where)
+        digest = verify_digest(data, where)
+        if expected_digest is not None and digest != expected_digest.lower():
+            raise ModelLoadError(f"artifact '{root}' is not the expected one: its manifest "
+                                 f"digest is {digest}, expected {expected_digest}")
+        manifest = parse_manifest(data, where)
+        check_cpu(manifest, root)
+        files = {name: _read_checked(directory, manifest, name)
+                 for name in manifest.required_files()}
+    if HOST_NODES_FILE in files:
+        manifest = replace(manifest, host_nodes=_host_node_details(
+            manifest, files[HOST_NODES_FILE], f"artifact '{root}': '{HOST_NODES_FILE}'"))
+    return Artifact(root, manifest, files[LIBRARY_FILE], files[WEIGHTS_FILE])
+
+
+def _read_checked(directory: ArtifactDirectory, manifest: Manifest, name: str) -> bytes:
+    limits = {LIBRARY_FILE: MAX_LIBRARY_BYTES, HOST_NODES_FILE: MAX_HOST_NODES_BYTES,
+              # the data is at most the blob (which pads every tensor), plus the header
+              WEIGHTS_FILE: 8 + MAX_HEADER_BYTES + min(manifest.weights_size, MAX_BYTES)}
+    data = directory.read(name, limits[name])
+    actual = hashlib.sha256(data).hexdigest()
+    expected = manifest.files[name]
+    if actual != expected:
+        raise ModelLoadError(f"artifact '{directory.root}': '{name}' is corrupted or was "
+                             f"modified (SHA-256 {actual[:12]}… does not match the manifest's "
+                             f"{expected[:12]}…); save the artifact again")
+    return data
+
+
+def _host_node_details(manifest: Manifest, data: bytes, where: str):
+    """The host-node entries with their host_nodes.json detail (an object per node index,
+    holding what the compiler needs to rebuild the node; checked by the resolver)."""
+    details = strict_json(data, where)
+    if not isinstance(details, dict):
+        raise ModelLoadError(f"{where} must hold a JSON object (node index -> node)")
+    expected = {str(entry.index) for entry in manifest.host_nodes}
+    if set(details) != expected:
+        raise ModelLoadError(f"{where} describes nodes {sorted(details)}, the manifest's "
+                             f"host_nodes are {sorted(expected)}; save the artifact again")
+    entries = []
+    for entry in manifest.host_nodes:
+        detail = details[str(entry.index)]
+        if not isinstance(detail, dict):
+            raise ModelLoadError(f"{where}: the entry of node {entry.index} must be a JSON "
+                                 f"object")
+        entries.append(replace(entry, detail=detail))
+    return tuple(entries)
+
+
+def check_cpu(manifest: Manifest, root: Path) -> None:
+    """Refuse code for another architecture or for CPU features this machine lacks (it would
+    die of SIGILL)."""
+    if manifest.arch and manifest.arch != host_arch():
+        raise ModelLoadError(f"artifact '{root}' was compiled for {manifest.arch}; this "
+                             f"machine is {host_arch()}")
     if not host_features():
         return  # this OS does not tell (no /proc/cpuinfo): trust the user, as compilers do
-    missing = sorted(required - host_features())
+    missing = sorted(set(manifest.required_features) - host_features())
     if missing:
         raise ModelLoadError(
             f"artifact '{root}' was compiled for a CPU with {', '.join(missing)}, which this "

@@ -5,33 +5,43 @@ The library's entry point is
     int32_t ember_run(void *const *inputs, void *const *outputs, const uint8_t *weights,
                       uint8_t *workspace, ember_host_fn host, void *host_ctx);
 
-with every buffer 64-byte aligned.  ``host`` is called for nodes that run their numpy
+with every buffer 64-byte aligned and sized from the manifest, which the loader has checked
+against the library's own signature.  ``host`` is called for nodes that run their numpy
 reference instead of compiled code (fallbacks, listed in the manifest); the runtime forwards
 those calls to a Python callable given at load time, since only the compiler knows the op
-references.  A non-zero return aborts the run and is raised as an error.
+references.  A non-zero return is ``node_index * 256 + code``: a fallback node failed (its
+error is re-raised as is) or an index input was out of range (an ExecutionError naming the
+node, its op, the input and the valid range).
 """
 
 from __future__ import annotations
 
 import ctypes
-import json
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ember.runtime.artifact import read_manifest
-from ember.runtime.errors import ExecutionError, InputError, ModelLoadError
-from ember.runtime.safetensors_io import read_safetensors
+from ember.runtime.artifact import LIBRARY_FILE, WEIGHTS_FILE, Artifact, read_artifact
+from ember.runtime.binding import as_array, bind_call, bind_run, call_result, check_array
+from ember.runtime.dtypes import numpy_dtype
+from ember.runtime.errors import EmberError, ExecutionError, ModelLoadError
+from ember.runtime.library import load_library
+from ember.runtime.manifest import HostNodeEntry, IndexCheck, Manifest, TensorSpec
+from ember.runtime.safetensors_io import parse_safetensors
+from ember.runtime.signature import (STATUS_HOST_FAILED, STATUS_INDEX_OUT_OF_RANGE,
+                                     MAX_SIGNATURE_BYTES, check_manifest, parse_signature)
 
 ALIGNMENT = 64
 HOST_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32,
                            ctypes.POINTER(ctypes.c_void_p))
 
-# A host resolver turns a host-node entry of the manifest into a function from input arrays to
-# output arrays.  ember.load() provides one built on the op registry.
-HostResolver = Callable[[dict[str, Any]], Callable[[list[np.ndarray]], list[np.ndarray]]]
+HostFunction = Callable[[list[np.ndarray]], list[np.ndarray]]
+# A host resolver turns a host-node entry of the manifest (with its host_nodes.json detail)
+# into a function from input arrays to output arrays.  ember.load() provides one built on the
+# op registry.
+HostResolver = Callable[[HostNodeEntry], HostFunction]
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:
@@ -41,38 +51,69 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     return raw[offset:offset + nbytes]
 
 
-def _numpy_dtype(name: str) -> np.dtype:
-    try:
-        return np.dtype(name)
-    except TypeError:
-        import ml_dtypes  # only artifacts with exotic dtypes need it
-
-        return np.dtype(getattr(ml_dtypes, name))
-
-
 class CompiledModel:
-    """A loaded artifact, callable on numpy arrays.  Thread-safe (one run at a time)."""
+    """A loaded artifact, callable on numpy arrays.  Thread-safe (one run at a time).
 
-    def __init__(self, path: str | Path, host_resolver: HostResolver | None = None):
-        self.path = Path(path)
-        self.manifest = read_manifest(self.path)
-        self.inputs = self.manifest["inputs"]
-        self.outputs = self.manifest["outputs"]
+    ``model(*arrays, **named)`` returns the output array of a one-output model and a tuple of
+    arrays otherwise; ``model.run(feeds)`` takes a dict name -> array (or a list/tuple in input
+    order) and returns a dict name -> array.  See :mod:`ember.runtime.binding`.
+    """
+
+    def __init__(self, path: str | Path, host_resolver: HostResolver | None = None, *,
+                 expected_digest: str | None = None):
+        artifact = read_artifact(path, expected_digest)
+        self.path = artifact.root
+        self.manifest: Manifest = artifact.manifest
+        self.inputs: tuple[TensorSpec, ...] = self.manifest.inputs
+        self.outputs: tuple[TensorSpec, ...] = self.manifest.outputs
+        self._checks: dict[int, list[IndexCheck]] = {}  # by node index, for messages
+        for check in self.manifest.checks:
+            self._checks.setdefault(check.node_index, []).append(check)
         self._lock = threading.Lock()
-        self._lib = self._load_library()
-        self._weights = self._load_weights()
-        self._workspace = aligned_empty(int(self.manifest["workspace_size"]))
+        self._lib = self._load_library(artifact)
+        self._weights = self._load_weights(artifact)
         self._host_nodes = self._resolve_host_nodes(host_resolver)
+        self._workspace = _allocate(self.manifest.workspace_size, "workspace", self.path)
         self._host_error: BaseException | None = None
         self._host_callback = HOST_FN(self._on_host_call)
 
+    @property
+    def digest(self) -> str:
+        """The artifact's manifest digest (covers every file; pass it as ``expected_digest``
+        to load exactly this artifact again)."""
+        return self.manifest.digest
+
+    @property
+    def input_names(self) -> list[str]:
+        return [spec.name for spec in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [spec.name for spec in self.outputs]
+
     # ------------------------------------------------------------------ loading
-    def _load_library(self) -> ctypes.CDLL:
-        library = self.path / self.manifest["library"]
-        try:
-            lib = ctypes.CDLL(str(library))
-        except OSError as error:
-            raise ModelLoadError(f"cannot load the compiled library '{library}': {error}") from None
+    def _load_library(self, artifact: Artifact) -> ctypes.CDLL:
+        source = artifact.source(LIBRARY_FILE)
+        lib = load_library(artifact.library, self.manifest.files[LIBRARY_FILE], source)
+        for symbol in ("ember_run", "ember_workspace_size"):
+            if not hasattr(lib, symbol):
+                raise ModelLoadError(f"{source} does not export {symbol}; it is not an ember "
+                                     f"library")
+        if not hasattr(lib, "ember_signature"):
+            raise ModelLoadError(f"{source} has no ember_signature(): it was built by an older "
+                                 f"ember; rebuild the artifact with this ember")
+        lib.ember_signature.restype = ctypes.c_void_p
+        lib.ember_signature.argtypes = []
+        lib.ember_workspace_size.restype = ctypes.c_int64
+        lib.ember_workspace_size.argtypes = []
+        address = lib.ember_signature()
+        if not address:
+            raise ModelLoadError(f"{source}: ember_signature() returned NULL")
+        text = ctypes.string_at(address)
+        if len(text) > MAX_SIGNATURE_BYTES:
+            raise ModelLoadError(f"{source}: ember_signature() is implausibly long")
+        signature = parse_signature(text, source)
+        check_manifest(self.manifest, signature, int(lib.ember_workspace_size()), source)
         lib.ember_run.restype = ctypes.c_int32
         lib.ember_run.argtypes = [ctypes.POINTER(ctypes.c_void_p),
                                   ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
@@ -81,105 +122,129 @@ class CompiledModel:
             lib.ember_set_num_threads.argtypes = [ctypes.c_int32]
         return lib
 
-    def _load_weights(self) -> np.ndarray:
-        layout = self.manifest.get("weights", {})
-        blob = aligned_empty(int(self.manifest.get("weights_size", 0)))
-        if not layout:
-            return blob
-        tensors = read_safetensors(self.path / self.manifest["weights_file"])
-        for name, entry in layout.items():
-            raw = tensors[entry["key"]].view(np.uint8).reshape(-1)
-            if raw.size != entry["nbytes"]:
-                raise ModelLoadError(f"weight '{name}' has {raw.size} bytes, the manifest "
-                                     f"says {entry['nbytes']}")
-            blob[entry["offset"]:entry["offset"] + raw.size] = raw
+    def _load_weights(self, artifact: Artifact) -> np.ndarray:
+        source = artifact.source(WEIGHTS_FILE)
+        tensors = parse_safetensors(artifact.weights, source)
+        blob = _allocate(self.manifest.weights_size, "weights", self.path)
+        listed = {entry.key for entry in self.manifest.weights}
+        extra = sorted(set(tensors) - listed)
+        if extra:
+            raise ModelLoadError(f"{source} holds tensor(s) {extra} that the manifest does not "
+                                 f"list; save the artifact again")
+        for entry in self.manifest.weights:
+            if entry.key not in tensors:
+                raise ModelLoadError(f"{source} has no tensor {entry.key!r} (weight "
+                                     f"{entry.name!r} of the manifest)")
+            raw = tensors[entry.key].view(np.uint8).reshape(-1)
+            if raw.size != entry.nbytes:
+                raise ModelLoadError(f"{source}: tensor {entry.key!r} has {raw.size} bytes, the "
+                                     f"manifest's weight {entry.name!r} has {entry.nbytes}")
+            blob[entry.offset:entry.offset + raw.size] = raw
         return blob
 
-    def _resolve_host_nodes(self, resolver: HostResolver | None):
-        entries = self.manifest.get("host_nodes", [])
+    def _resolve_host_nodes(self, resolver: HostResolver | None
+                            ) -> dict[int, tuple[HostNodeEntry, HostFunction]]:
+        entries = self.manifest.host_nodes
         if not entries:
             return {}
         if resolver is None:
-            ops = sorted({e["op"] for e in entries})
+            ops = sorted({e.op for e in entries})
             raise ModelLoadError(
                 f"artifact '{self.path}' runs {len(entries)} node(s) through ember's numpy "
                 f"references (ops: {', '.join(ops)}), which needs the ember compiler package; "
                 f"load it with ember.load() instead of ember.runtime.load()")
-        details_path = self.path / "host_nodes.json"
-        details = json.loads(details_path.read_text()) if details_path.exists() else {}
-        return {int(e["index"]): (e, resolver({**e, **details.get(str(e["index"]), {})}))
-                for e in entries}
+        resolved = {}
+        for entry in entries:
+            try:
+                resolved[entry.index] = (entry, resolver(entry))
+            except ModelLoadError as error:
+                raise ModelLoadError(f"artifact '{self.path}': {error}") from None
+            except EmberError:
+                raise
+            except Exception as error:  # a resolver must not leak a bare KeyError & co.
+                raise ModelLoadError(f"artifact '{self.path}': fallback node {entry.index} "
+                                     f"({entry.op!r}) cannot be rebuilt: "
+                                     f"{type(error).__name__}: {error}") from None
+        return resolved
 
     # ------------------------------------------------------------------ running
     def set_num_threads(self, count: int) -> None:
-        """Threads the compiled kernels may use (default: all cores)."""
+        """Threads the compiled kernels may use (default: all cores).  The setting belongs to
+        the library, which models loaded from identical library bytes share."""
         if hasattr(self._lib, "ember_set_num_threads"):
             self._lib.ember_set_num_threads(int(count))
 
-    def run(self, feeds: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-        """Run on named (or positional) inputs; returns outputs by name."""
-        arrays = self._bind_inputs(feeds)
-        outputs = [_aligned_array(o["shape"], _numpy_dtype(o["dtype"])) for o in self.outputs]
+    def run(self, feeds: Any) -> dict[str, np.ndarray]:
+        """Run on a dict name -> array (or a list/tuple in input order); outputs by name."""
+        return self._run(bind_run(self.input_names, feeds))
+
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        """Run on positional and/or named arrays: the output array of a one-output model,
+        else a tuple of arrays in output order."""
+        return call_result(self.output_names, self._run(bind_call(self.input_names, args,
+                                                                  kwargs)))
+
+    def _run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        arrays = [self._input_array(spec, feeds[spec.name]) for spec in self.inputs]
+        outputs = [_aligned_array(spec) for spec in self.outputs]
         in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
         with self._lock:
             self._host_error = None
             status = self._lib.ember_run(in_ptrs, out_ptrs, self._weights.ctypes.data,
                                          self._workspace.ctypes.data, self._host_callback, None)
-            if status != 0:
-                error, self._host_error = self._host_error, None
-                if error is not None:
-                    raise error  # what a fallback node raised, re-raised in the caller
-                raise ExecutionError(f"compiled model '{self.path.name}' failed with status "
-                                     f"{status}")
-        return {o["name"]: arr for o, arr in zip(self.outputs, outputs)}
+            error, self._host_error = self._host_error, None
+        if status != 0:
+            raise self._status_error(status, error)
+        return {spec.name: array for spec, array in zip(self.outputs, outputs)}
 
-    __call__ = run
+    def _input_array(self, spec: TensorSpec, value: Any) -> np.ndarray:
+        dtype = numpy_dtype(spec.dtype)
+        array = as_array(spec.name, value, spec.describe())
+        check_array(spec.name, array, dtype, spec.shape)
+        return _aligned_like(np.ascontiguousarray(array))
 
-    def _bind_inputs(self, feeds) -> list[np.ndarray]:
-        names = [i["name"] for i in self.inputs]
-        if not isinstance(feeds, Mapping):
-            feeds = list(feeds)
-            if len(feeds) != len(names):
-                raise InputError(f"the model takes {len(names)} input(s) {names}, got "
-                                 f"{len(feeds)}")
-            feeds = dict(zip(names, feeds))
-        missing = [n for n in names if n not in feeds]
-        extra = [n for n in feeds if n not in names]
-        if missing or extra:
-            raise InputError(f"missing input(s) {missing}, unknown input(s) {extra}; the model "
-                             f"takes {names}")
-        arrays = []
-        for spec in self.inputs:
-            value = feeds[spec["name"]]
-            if isinstance(value, np.generic):  # a numpy scalar for a 0-d input
-                value = np.asarray(value)
-            if not isinstance(value, np.ndarray):
-                raise InputError(f"input '{spec['name']}' must be a numpy array, got "
-                                 f"{type(value).__name__}")
-            dtype = _numpy_dtype(spec["dtype"])
-            if value.dtype != dtype:
-                raise InputError(f"input '{spec['name']}' has dtype {value.dtype}; the compiled "
-                                 f"model expects {dtype}")
-            if tuple(value.shape) != tuple(spec["shape"]):
-                raise InputError(f"input '{spec['name']}' has shape {tuple(value.shape)}; the "
-                                 f"compiled model expects {tuple(spec['shape'])} (recompile "
-                                 f"for other shapes)")
-            arrays.append(_aligned_like(np.ascontiguousarray(value)))
-        return arrays
+    def _status_error(self, status: int, host_error: BaseException | None) -> BaseException:
+        node_index, code = divmod(status, 256)
+        if status > 0 and code == STATUS_HOST_FAILED and host_error is not None:
+            return host_error  # what the fallback node raised, re-raised in the caller
+        if status > 0 and code == STATUS_INDEX_OUT_OF_RANGE:
+            checks = self._checks.get(node_index, [])
+            if checks:
+                first = checks[0]
+                ranges = ", ".join(f"input '{c.input}' must lie in [{c.low}, {c.high})"
+                                   for c in checks)
+                return ExecutionError(f"compiled model '{self.path.name}': node {node_index} "
+                                      f"'{first.node}' ({first.op}) got an index out of range: "
+                                      f"{ranges}")
+            return ExecutionError(f"compiled model '{self.path.name}': an index input of node "
+                                  f"{node_index} is out of range")
+        if status > 0 and code == STATUS_HOST_FAILED:
+            entry = self._host_nodes.get(node_index, (None, None))[0]
+            label = f"'{entry.name}' ({entry.op})" if entry else str(node_index)
+            return ExecutionError(f"compiled model '{self.path.name}': fallback node {label} "
+                                  f"failed")
+        return ExecutionError(f"compiled model '{self.path.name}' failed with status {status}")
 
-    def _on_host_call(self, _ctx, index: int, buffers) -> int:
+    def _on_host_call(self, _ctx: Any, index: int, buffers: Any) -> int:
         try:
+            if index not in self._host_nodes:
+                raise ExecutionError(f"compiled model '{self.path.name}' called fallback node "
+                                     f"{index}, which the manifest does not list")
             entry, fn = self._host_nodes[index]
-            ins = [_view(buffers[i], spec) for i, spec in enumerate(entry["inputs"])]
-            offset = len(entry["inputs"])
-            outs = [_view(buffers[offset + i], spec) for i, spec in enumerate(entry["outputs"])]
-            results = fn(ins)
-            for target, value, spec in zip(outs, results, entry["outputs"]):
+            ins = [_view(buffers[i], spec) for i, spec in enumerate(entry.inputs)]
+            offset = len(entry.inputs)
+            outs = [_view(buffers[offset + i], spec) for i, spec in enumerate(entry.outputs)]
+            results = list(fn(ins))
+            if len(results) != len(outs):
+                raise ExecutionError(f"fallback node '{entry.name}' ({entry.op}) produced "
+                                     f"{len(results)} output(s), compiled code expects "
+                                     f"{len(outs)}")
+            for target, value in zip(outs, results):
                 value = np.asarray(value)
                 if value.shape != target.shape or value.dtype != target.dtype:
                     raise ExecutionError(
-                        f"fallback node '{entry['name']}' ({entry['op']}) produced "
+                        f"fallback node '{entry.name}' ({entry.op}) produced "
                         f"{value.dtype}{list(value.shape)}, compiled code expects "
                         f"{target.dtype}{list(target.shape)}")
                 np.copyto(target, value)
@@ -189,19 +254,25 @@ class CompiledModel:
             return 1
 
 
-def _view(pointer: int | None, spec: dict[str, Any]) -> np.ndarray:
-    dtype = _numpy_dtype(spec["dtype"])
-    shape = tuple(spec["shape"])
-    count = int(np.prod(shape)) if shape else 1
-    if count == 0 or not pointer:
-        return np.empty(shape, dtype)
-    raw = (ctypes.c_uint8 * (count * dtype.itemsize)).from_address(pointer)
-    return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+def _allocate(nbytes: int, what: str, root: Path) -> np.ndarray:
+    try:
+        return aligned_empty(nbytes)
+    except (MemoryError, ValueError):
+        raise ModelLoadError(f"artifact '{root}': cannot allocate the {what} of {nbytes:,} "
+                             f"bytes it needs") from None
 
 
-def _aligned_array(shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
-    count = int(np.prod(shape)) if len(shape) else 1
-    return aligned_empty(count * dtype.itemsize).view(dtype).reshape(tuple(shape))
+def _view(pointer: int | None, spec: TensorSpec) -> np.ndarray:
+    dtype = numpy_dtype(spec.dtype)
+    if spec.size == 0 or not pointer:
+        return np.empty(spec.shape, dtype)
+    raw = (ctypes.c_uint8 * spec.nbytes).from_address(pointer)
+    return np.frombuffer(raw, dtype=dtype, count=spec.size).reshape(spec.shape)
+
+
+def _aligned_array(spec: TensorSpec) -> np.ndarray:
+    dtype = numpy_dtype(spec.dtype)
+    return aligned_empty(spec.nbytes).view(dtype).reshape(spec.shape)
 
 
 def _aligned_like(array: np.ndarray) -> np.ndarray:
@@ -212,6 +283,12 @@ def _aligned_like(array: np.ndarray) -> np.ndarray:
     return copy
 
 
-def load(path: str | Path, host_resolver: HostResolver | None = None) -> CompiledModel:
-    """Load an artifact directory written by ``ember.Module.save``."""
-    return CompiledModel(path, host_resolver)
+def load(path: str | Path, host_resolver: HostResolver | None = None, *,
+         expected_digest: str | None = None) -> CompiledModel:
+    """Load an artifact directory written by ``ember.Module.save``.
+
+    ``expected_digest`` (a ``CompiledModel.digest`` recorded earlier) refuses any other
+    artifact; without it, loading an artifact runs its library's code, so load only artifacts
+    from a source you trust.
+    """
+    return CompiledModel(path, host_resolver, expected_digest=expected_digest)

@@ -86,7 +86,7 @@ def test_manifest_lists_signature_target_weights_and_hashes(tmp_path):
     module = ember.compile(model, opt_level=2)
     path = module.save(tmp_path / "convnet.ember")
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest["format"] == "ember-artifact" and manifest["format_version"] == 1
+    assert manifest["format"] == "ember-artifact" and manifest["format_version"] == 2
     assert manifest["ember_version"] == ember.__version__
     assert manifest["model"] == "convnet"
     assert manifest["inputs"] == [{"name": "x", "dtype": "float32", "shape": [2, 3, 8, 8]}]
@@ -273,7 +273,7 @@ def test_outputs_that_are_inputs_constants_or_repeated(tmp_path):
 
 
 def test_model_of_constants_only_compiles():
-    model = _model([helper.make_node("Mul", ["w", "w"], ["y"])], [], [_vi("y")],
+    model = _model([helper.make_node("Mul", ["w", "w"], ["y"])], [], [_vi("y", I64)],
                    {"w": np.arange(5, dtype=np.int64)})
     module = ember.compile(model)
     assert module.build.graph.nodes == []

@@ -1,0 +1,142 @@
+"""The library's description of itself, and its cross-check with the manifest.
+
+Every library ember generates exports ``const char *ember_signature(void)``: a JSON text of
+numbers and element type names only::
+
+    {"abi": 1, "inputs": [{"dtype": "float32", "shape": [1, 3]}], "outputs": [...],
+     "workspace_size": N, "weights_size": M,
+     "host_nodes": [{"index": i, "inputs": [...], "outputs": [...]}]}
+
+The runtime sizes every buffer it hands to ``ember_run`` (inputs, outputs, weights, workspace,
+the views a host callback gets) from the manifest.  A manifest that says more or less than the
+code reads and writes would make the code run past a buffer; comparing the two before the
+first run turns an edited manifest, or a library taken from another artifact, into a
+:class:`ModelLoadError` instead of memory corruption.
+
+``ember_run`` returns 0, or ``node_index * 256 + code`` with the codes below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.runtime.errors import ModelLoadError
+from ember.runtime.manifest import (MAX_BYTES, Manifest, SchemaError, TensorSpec, strict_json,
+                                    tensor_spec)
+
+ABI_VERSION = 1
+STATUS_HOST_FAILED = 1
+STATUS_INDEX_OUT_OF_RANGE = 2
+MAX_SIGNATURE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class HostNodeSignature:
+    index: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What ``ember_signature()`` returned, parsed (tensor specs have no names)."""
+
+    abi: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    workspace_size: int
+    weights_size: int
+    host_nodes: tuple[HostNodeSignature, ...]
+
+
+def parse_signature(text: bytes, source: str) -> Signature:
+    """Validate the signature JSON of the library ``source`` (same rules as the manifest)."""
+    data = strict_json(text, f"the signature of {source}")
+    try:
+        return _parse(data)
+    except SchemaError as error:
+        raise ModelLoadError(f"the signature of {source} is malformed: field '{error.field}' "
+                             f"{error.problem}; rebuild the artifact with this ember") from None
+
+
+def _parse(data: object) -> Signature:
+    if not isinstance(data, dict):
+        raise SchemaError("(top level)", "must be a JSON object")
+    for key in ("abi", "inputs", "outputs", "workspace_size", "weights_size", "host_nodes"):
+        if key not in data:
+            raise SchemaError(key, "is missing")
+    abi = data["abi"]
+    if not isinstance(abi, int) or isinstance(abi, bool) or abi != ABI_VERSION:
+        raise SchemaError("abi", f"is {abi!r}; this runtime calls libraries of ABI version "
+                                 f"{ABI_VERSION}")
+    host_nodes = []
+    for i, item in enumerate(_list(data["host_nodes"], "host_nodes")):
+        if not isinstance(item, dict) or set(item) != {"index", "inputs", "outputs"}:
+            raise SchemaError(f"host_nodes[{i}]", "must be an object of index, inputs, outputs")
+        host_nodes.append(HostNodeSignature(_size(item["index"], f"host_nodes[{i}].index"),
+                                            _specs(item["inputs"], f"host_nodes[{i}].inputs"),
+                                            _specs(item["outputs"], f"host_nodes[{i}].outputs")))
+    return Signature(abi, _specs(data["inputs"], "inputs"), _specs(data["outputs"], "outputs"),
+                     _size(data["workspace_size"], "workspace_size"),
+                     _size(data["weights_size"], "weights_size"), tuple(host_nodes))
+
+
+def _list(value: object, where: str) -> list:
+    if not isinstance(value, list):
+        raise SchemaError(where, "must be a JSON list")
+    return value
+
+
+def _specs(value: object, where: str) -> tuple[TensorSpec, ...]:
+    return tuple(tensor_spec(item, f"{where}[{i}]", named=False)
+                 for i, item in enumerate(_list(value, where)))
+
+
+def _size(value: object, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_BYTES:
+        raise SchemaError(where, f"must be an integer in [0, {MAX_BYTES}]")
+    return value
+
+
+def check_manifest(manifest: Manifest, signature: Signature, workspace_size: int,
+                   source: str) -> None:
+    """Refuse a manifest that describes other buffers than the library ``source`` uses.
+
+    ``workspace_size`` is what the library's ``ember_workspace_size()`` returned.
+    """
+    problems: list[str] = []
+    _compare_specs("inputs", manifest.inputs, signature.inputs, problems)
+    _compare_specs("outputs", manifest.outputs, signature.outputs, problems)
+    for field, said, actual in (("workspace_size", manifest.workspace_size,
+                                 signature.workspace_size),
+                                ("workspace_size", manifest.workspace_size, workspace_size),
+                                ("weights_size", manifest.weights_size,
+                                 signature.weights_size)):
+        if said != actual:
+            problems.append(f"{field} is {said} in the manifest, {actual} in the library")
+    said_nodes = [entry.index for entry in manifest.host_nodes]
+    actual_nodes = [node.index for node in signature.host_nodes]
+    if said_nodes != actual_nodes:
+        problems.append(f"host_nodes are nodes {said_nodes} in the manifest, {actual_nodes} in "
+                        f"the library")
+    else:
+        for i, (entry, node) in enumerate(zip(manifest.host_nodes, signature.host_nodes)):
+            _compare_specs(f"host_nodes[{i}].inputs", entry.inputs, node.inputs, problems)
+            _compare_specs(f"host_nodes[{i}].outputs", entry.outputs, node.outputs, problems)
+    if problems:
+        shown = "; ".join(problems[:6]) + ("; ..." if len(problems) > 6 else "")
+        raise ModelLoadError(f"manifest.json does not describe the library {source}: {shown}. "
+                             f"The manifest was edited or the library comes from another "
+                             f"artifact; compile and save the model again")
+
+
+def _compare_specs(field: str, said: tuple[TensorSpec, ...], actual: tuple[TensorSpec, ...],
+                   problems: list[str]) -> None:
+    if len(said) != len(actual):
+        problems.append(f"{field} has {len(said)} entries in the manifest, {len(actual)} in "
+                        f"the library")
+        return
+    for i, (mine, theirs) in enumerate(zip(said, actual)):
+        if (mine.dtype, mine.shape) != (theirs.dtype, theirs.shape):
+            problems.append(f"{field}[{i}] ({mine.name!r}) is {mine.describe()} in the "
+                            f"manifest, {theirs.describe()} in the library")

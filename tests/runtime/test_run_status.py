@@ -1,0 +1,85 @@
+"""``ember_run``'s status (node_index * 256 + code) becomes the right error in a deployment.
+
+Code 1: a fallback node's callback failed; the runtime re-raises the very exception it caught.
+Code 2: an index input was out of range; the runtime names the node, its op, the input and the
+allowed range, read from the manifest's ``checks``.  numpy indexing is the oracle for valid
+indices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import ember
+import ember.runtime
+from artifact_tools import numpy_topk, read_manifest, topk_model
+from ember.core.errors import ExecutionError
+
+DATA = np.arange(12, dtype=np.float32).reshape(4, 3)
+
+
+def _gather_model():
+    node = helper.make_node("Gather", ["data", "idx"], ["out"], axis=0, name="pick_rows")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("data", TensorProto.FLOAT, [4, 3]),
+                      helper.make_tensor_value_info("idx", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_out_of_range_index_names_node_op_input_and_range(tmp_path):
+    artifact = ember.compile(_gather_model()).save(tmp_path / "gather.ember")
+    assert read_manifest(artifact)["checks"] == [
+        {"node_index": 0, "node": "pick_rows", "op": "Gather", "input": "idx", "low": -4,
+         "high": 4}]
+    model = ember.runtime.load(artifact)
+    good = np.array([3, -4], np.int64)
+    np.testing.assert_array_equal(model(DATA, good), DATA[good])
+    for bad in ([0, 4], [-5, 0], [2**40, 0]):
+        with pytest.raises(ExecutionError) as error:
+            model(DATA, np.array(bad, np.int64))
+        assert ("node 0 'pick_rows' (Gather) got an index out of range: input 'idx' must lie "
+                "in [-4, 4)") in str(error.value)
+    np.testing.assert_array_equal(model(DATA, good), DATA[good])  # still usable
+
+
+class _ReferenceFailed(Exception):
+    pass
+
+
+def test_a_failing_fallback_node_raises_its_own_error(tmp_path):
+    artifact = ember.compile(topk_model()).save(tmp_path / "topk.ember")
+    calls = []
+
+    def resolver(entry):
+        def run(inputs):
+            calls.append([a.shape for a in inputs])
+            if len(calls) == 2:
+                raise _ReferenceFailed(f"{entry.op} broke on call 2")
+            values = np.sort(inputs[0], axis=1)[:, ::-1][:, :2]
+            return [np.ascontiguousarray(values),
+                    np.argsort(-inputs[0], axis=1, kind="stable")[:, :2]]
+        return run
+
+    model = ember.runtime.load(artifact, host_resolver=resolver)
+    x = np.random.default_rng(0).uniform(1, 2, (3, 5)).astype(np.float32)
+    y, indices = model(x)
+    expected_y, expected_indices = numpy_topk(x)
+    np.testing.assert_allclose(y, expected_y, rtol=1e-6)
+    np.testing.assert_array_equal(indices, expected_indices)
+    assert calls == [[(3, 5), (1,)]]  # the callback's views have the manifest's shapes
+    with pytest.raises(_ReferenceFailed, match="TopK broke on call 2"):
+        model(x)
+    y, _ = model(x)  # the error did not stick
+    np.testing.assert_allclose(y, expected_y, rtol=1e-6)
+
+
+def test_a_fallback_returning_the_wrong_shape_is_an_execution_error(tmp_path):
+    artifact = ember.compile(topk_model()).save(tmp_path / "topk.ember")
+    model = ember.runtime.load(artifact, host_resolver=lambda entry: lambda inputs: [
+        np.zeros((3, 5), np.float32), np.zeros((3, 2), np.int64)])
+    with pytest.raises(ExecutionError, match=r"fallback node 'topk' \(TopK\) produced "
+                                             r"float32\[3, 5\], compiled code expects"):
+        model(np.ones((3, 5), np.float32))
