@@ -32,12 +32,12 @@ from ember.runtime.manifest import HostNodeEntry
 from ember.runtime.model import CompiledModel, HostFunction
 
 
-def _as_graph(model: Any) -> Graph:
+def _as_graph(model: Any, memory_limit: int | None = None) -> Graph:
     if isinstance(model, Graph):
         return model
     from ember.frontend.onnx import import_onnx
 
-    return import_onnx(model)
+    return import_onnx(model, memory_limit=memory_limit)
 
 
 class Module:
@@ -283,7 +283,7 @@ def compile(model: Any, target: str | Target = "native", opt_level: int = 2,
     """
     if memory_limit is not None:
         memory_limit = parse_size(memory_limit)  # a typo fails now, not at the first call
-    graph = _as_graph(model)
+    graph = _as_graph(model, memory_limit)
     resolved = target if isinstance(target, Target) else Target.parse(target)
     options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
                            memory_limit=memory_limit)

@@ -124,11 +124,27 @@ def _dim_size(text: str) -> int:
     return size
 
 
-def _load(path: Path) -> Graph:
+def _load(path: Path, memory_limit: int | None = None) -> Graph:
     """Import an ONNX model, or load an ember graph JSON file."""
     if path.suffix.lower() == ".json":
         return load_graph(path)
-    return import_onnx(path)
+    return import_onnx(path, memory_limit=memory_limit)
+
+
+def _add_memory_limit_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--memory-limit", type=_memory_size, default=None, metavar="SIZE",
+                        help="the most memory compiling may use, e.g. 8GiB (default: "
+                             "$EMBER_MEMORY_LIMIT, else the memory available)")
+
+
+def _memory_size(text: str) -> int:
+    from ember.core.config import parse_size
+    from ember.core.errors import ConfigError
+
+    try:
+        return parse_size(text, "--memory-limit")
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _bindings(graph: Graph, dims: list[tuple[str, int]]) -> dict[str, int]:
@@ -294,13 +310,14 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--mode", choices=("reference", "compiled"), default="reference",
                         help="for a model file: run ember's numpy references (default) or "
                              "compile it first")
+    _add_memory_limit_option(parser)
     parser.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     if args.model.is_dir():
         return _run_artifact(args, console)
-    graph = _load(args.model)
+    graph = _load(args.model, args.memory_limit)
     bindings = _bindings(graph, args.dim)
     feeds = {name: _load_npy(name, path) for name, path in args.input}
     _bind_from_inputs(graph, feeds, bindings)
@@ -314,7 +331,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if args.mode == "compiled":
         from ember.api import compile as compile_model
 
-        module = compile_model(graph, input_shapes={n: np.shape(v) for n, v in feeds.items()})
+        module = compile_model(graph, input_shapes={n: np.shape(v) for n, v in feeds.items()},
+                               memory_limit=args.memory_limit)
         outputs = module.run(feeds)
         console.print(module.report())
     else:
@@ -497,6 +515,7 @@ def _add_compile(commands: argparse._SubParsersAction) -> None:
                         help="native (default), x86_64-avx2, x86_64-avx512, ...")
     parser.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
     _add_dim_option(parser, "size of a symbolic dimension (required for dynamic inputs)")
+    _add_memory_limit_option(parser)
     parser.set_defaults(handler=_compile)
 
 
@@ -505,7 +524,7 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
     from ember.core.target import Target
     from ember.package import save_artifact
 
-    graph = _load(args.model)
+    graph = _load(args.model, args.memory_limit)
     bindings = _bindings(graph, args.dim)
     shapes = {}
     for name in graph.inputs:
@@ -518,7 +537,8 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
                                  f"size with --dim {missing.args[0]}=SIZE") from None
     # Build and save without loading the library: the artifact may be for another CPU
     # (--target x86_64-avx512 on an AVX2 machine), which this machine's runtime would refuse.
-    options = BuildOptions(target=Target.parse(args.target), opt_level=args.opt_level)
+    options = BuildOptions(target=Target.parse(args.target), opt_level=args.opt_level,
+                           memory_limit=args.memory_limit)
     build = build_graph(graph, shapes, options)
     path = save_artifact(build, args.output)
     console.print(build.report())
