@@ -172,7 +172,7 @@ def test_unknown_ops_are_all_listed(tmp_path, capsys):
 
 
 def test_internal_errors_exit_1_without_traceback_unless_asked(tmp_path, capsys, monkeypatch):
-    def broken(path):
+    def broken(path, **options):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(cli, "import_onnx", broken)
