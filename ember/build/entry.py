@@ -12,7 +12,8 @@ indices) declare the valid range of those inputs; the entry point checks them be
 the kernel.
 
 The library also describes itself: ``ember_signature()`` returns a JSON text of the input,
-output and fallback-node buffers (dtypes and shapes) and of the workspace and weights sizes,
+output and fallback-node buffers (dtypes and shapes), of the workspace and weights sizes and
+of the offset, dtype and shape of every constant it reads from the weights blob,
 so that a loader can refuse a manifest that does not match the code.  It holds numbers and
 dtype names only: no text from the model reaches the generated source except through
 :mod:`ember.codegen.c_names` (node names appear in comments, sanitized by ``c_comment``).
@@ -81,11 +82,15 @@ def tensor_spec(vtype: TensorType) -> dict[str, Any]:
     return {"dtype": vtype.dtype.numpy.name, "shape": [int(d) for d in vtype.shape]}
 
 
-def signature(g: Graph, steps: list[EntryStep], workspace_size: int,
-              weights_size: int) -> dict[str, Any]:
-    """What ``ember_signature()`` returns (parsed): the buffers the library reads and writes."""
+def signature(g: Graph, steps: list[EntryStep], workspace_size: int, weights_size: int,
+              weight_offsets: dict[str, int]) -> dict[str, Any]:
+    """What ``ember_signature()`` returns (parsed): the buffers the library reads and writes,
+    and where in the weights blob it reads each constant (in offset order)."""
     def specs(names: list[str]) -> list[dict[str, Any]]:
         return [tensor_spec(g.types[n]) for n in names]
+
+    weights = [{"offset": int(offset), **tensor_spec(g.types[name])}
+               for name, offset in sorted(weight_offsets.items(), key=lambda item: item[1])]
 
     host_nodes = [{"index": step.index,
                    "inputs": specs([n for n in step.node.inputs if n]
@@ -94,7 +99,7 @@ def signature(g: Graph, steps: list[EntryStep], workspace_size: int,
                   for step in steps if step.kind == "host"]
     return {"abi": ABI_VERSION, "inputs": specs(list(g.inputs)),
             "outputs": specs(list(g.outputs)), "workspace_size": int(workspace_size),
-            "weights_size": int(weights_size), "host_nodes": host_nodes}
+            "weights_size": int(weights_size), "weights": weights, "host_nodes": host_nodes}
 
 
 # A signature is numbers, dtype names and JSON punctuation; nothing that could end a C string.
@@ -148,6 +153,7 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
             return f"(void *)(workspace + {workspace_offsets[name]})"
         raise KeyError(f"value '{name}' has no storage")
 
+    described = signature(g, steps, workspace_size, weights_size, weight_offsets)
     checked_dtypes = sorted({g.types[c.input].dtype for s in steps for c in s.index_checks},
                             key=lambda d: d.numpy.name)
     lines = [HEADER,
@@ -156,7 +162,7 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
              f"{{ return {workspace_size}; }}",
              "",
              "EMBER_EXPORT const char *ember_signature(void)",
-             f"{{ return {_signature_literal(signature(g, steps, workspace_size, weights_size))}; }}",
+             f"{{ return {_signature_literal(described)}; }}",
              "",
              "EMBER_EXPORT int32_t ember_run(void *const *inputs, void *const *outputs, "
              "const uint8_t *weights, uint8_t *workspace, ember_host_fn host, void *host_ctx)",

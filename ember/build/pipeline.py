@@ -142,7 +142,7 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     return Build(g, options.target, source, library.path, impls, used_constants, weight_offsets,
                  weights_size, workspace_size, time.perf_counter() - started, pass_log,
                  memory_summary, checks=[c for step in steps for c in step.index_checks],
-                 signature=signature(g, steps, workspace_size, weights_size),
+                 signature=signature(g, steps, workspace_size, weights_size, weight_offsets),
                  library_sha256=library.sha256)
 
 
@@ -189,12 +189,43 @@ def _implement(index: int, node: Node, g: Graph) -> NodeImpl:
                         reason=f"no kernels for element type(s) {', '.join(unsupported)}")
     if any(not name for name in node.outputs):
         return NodeImpl(index, node, "host", reason="node leaves an output unnamed")
+    if not _output_types_derivable(node, opdef, g):
+        # A kernel computes its output's shape from the graph's types; here those come from
+        # the model's declarations, not from what the node computes.  The fallback checks the
+        # shape its reference produces at run time instead of trusting the declaration.
+        return NodeImpl(index, node, "host",
+                        reason="its output shape depends on values known only at run time")
     constants = {i: g.constants[n] for i, n in enumerate(node.inputs) if n in g.constants}
     func = lower_node(node, opdef, in_types, out_types, opdef.resolve_attrs(node), constants,
                       name=f"k{index}_{c_identifier(node.op).lower()}")
     if func is None:
         return NodeImpl(index, node, "host", reason="compute does not cover this configuration")
     return NodeImpl(index, node, "kernel", func=func)
+
+
+def _output_types_derivable(node: Node, opdef, g: Graph) -> bool:
+    """Whether the node's output types follow from its input types and compile-time constants
+    alone, as its op's shape inference derives them.
+
+    Shape inference fills a dim it cannot derive from a type the model declares (value_info,
+    graph outputs), which is right for reporting but is a claim of the model file, not a fact:
+    a Reshape whose target shape is computed at run time would otherwise be compiled to the
+    declared shape and silently give another one.
+    """
+    from ember.ops.registry import InferContext
+
+    input_types = [g.types.get(n) if n else None for n in node.inputs]
+    context = InferContext(node, opdef, input_types, opdef.resolve_attrs(node),
+                           lambda name: g.constants.get(name),
+                           lambda body, types: [None] * len(body.outputs))
+    try:
+        derived = opdef.infer(context)
+    except Exception:  # noqa: BLE001 - not derivable without run-time values: not a kernel
+        return False
+    for position, name in enumerate(node.outputs):
+        if name and (position >= len(derived) or derived[position] != g.types.get(name)):
+            return False
+    return True
 
 
 def _index_checks(impl: NodeImpl) -> list[IndexCheck]:
@@ -217,7 +248,9 @@ def node_reads(node: Node) -> list[str]:
 def _used_constants(g: Graph) -> dict[str, np.ndarray]:
     used = {n for node in g.nodes for n in node_reads(node) if n in g.constants}
     used.update(o for o in g.outputs if o in g.constants)
-    return {name: np.ascontiguousarray(g.constants[name]) for name in g.constants if name in used}
+    # (np.ascontiguousarray would turn a 0-d constant into shape (1,): keep the shape)
+    return {name: np.require(g.constants[name], requirements="C") for name in g.constants
+            if name in used}
 
 
 def _layout_weights(constants: dict[str, np.ndarray]) -> tuple[dict[str, int], int]:

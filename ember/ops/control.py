@@ -267,7 +267,7 @@ def _infer_loop(ctx: InferContext) -> list[ValueType | None]:
 
 @op("Loop", family="control", infer=_infer_loop, outputs=(1, -1),
     attrs={"body": Attr.graph(REQUIRED)})
-def loop(ctx, trip_count, cond, *initial, body):
+def loop(ctx, trip_count=None, cond=None, *initial, body):
     """Run body while the iteration count is below trip_count and the condition holds;
     returns the final loop-carried values and the per-iteration scan outputs stacked."""
     if trip_count is None and cond is None:

@@ -105,6 +105,9 @@ class OpDef:
     max_inputs: int  # -1 for variadic
     min_outputs: int = 1
     max_outputs: int = 1
+    # Input positions that may be left empty ("" in ONNX): the reference's parameters with a
+    # default.  Every other position, variadic ones included, must name a value.
+    optional_inputs: frozenset[int] = frozenset()
     doc: str = ""
     # Filled by later layers (lowering, decomposition); None means "not available".
     compute: Any = None
@@ -145,6 +148,12 @@ class OpDef:
                         f"{self.min_inputs} to {'any' if self.max_inputs < 0 else self.max_inputs}")
             raise ShapeError(f"node '{node.name}' ({self.name}) has {n_in} inputs; "
                              f"{self.name} takes {expected}")
+        empty = [i for i, name in enumerate(node.inputs)
+                 if not name and i not in self.optional_inputs]
+        if empty:
+            raise ShapeError(f"node '{node.name}' ({self.name}): input(s) {empty} are empty, "
+                             f"but {self.name} requires them (only optional inputs may be "
+                             f"left out)")
         n_out = len(node.outputs)
         if n_out < self.min_outputs or (self.max_outputs >= 0 and n_out > self.max_outputs):
             raise ShapeError(f"node '{node.name}' ({self.name}) has {n_out} outputs; "
@@ -238,6 +247,7 @@ def op(
             max_inputs=max_in,
             min_outputs=outputs[0],
             max_outputs=outputs[1],
+            optional_inputs=_optional_positions(reference),
             doc=inspect.getdoc(reference) or "",
         )
         return reference
@@ -282,6 +292,14 @@ def _arity_from_signature(fn: Callable[..., Any]) -> tuple[int, int]:
             else:
                 optional += 1
     return required, required + optional
+
+
+def _optional_positions(fn: Callable[..., Any]) -> frozenset[int]:
+    """Input positions of ``fn`` (after ``ctx``) whose parameter has a default."""
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    return frozenset(i for i, p in enumerate(params)
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                     and p.default is not inspect.Parameter.empty)
 
 
 def get_op(name: str) -> OpDef | None:

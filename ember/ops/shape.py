@@ -43,10 +43,22 @@ SLICE_TO_END = 2**31 - 1
 # ----------------------------------------------------------------------------- shared helpers
 
 
+def check_index_tensor(ctx: Ctx, value: np.ndarray, what: str) -> None:
+    """An index-like input (axes, starts, shape, repeats ...) must be a scalar or 1-D tensor of
+    integers: ONNX types these int32/int64, and a bool or float tensor, or a matrix, is a
+    malformed model rather than something to flatten or round."""
+    array = np.asarray(value)
+    if array.ndim > 1:
+        raise ctx.error(f"{what} must be a 1-D tensor, got shape {list(array.shape)}")
+    if array.dtype.kind not in "iuO":  # object arrays hold symbolic dims during inference
+        raise ctx.error(f"{what} must hold integers, got a tensor of {array.dtype}")
+
+
 def int_list(ctx: Ctx, value: np.ndarray | None, what: str) -> list[int]:
     """An integer tensor (1-D or scalar) as Python ints; a clear error for symbols or floats."""
     if value is None:
         raise ctx.error(f"{what} is required")
+    check_index_tensor(ctx, value, what)
     values = np.asarray(value).reshape(-1).tolist()
     for v in values:
         if isinstance(v, SymDim):
@@ -69,6 +81,7 @@ def known_ints(ctx: InferContext, index: int) -> list[int] | None:
     value = ctx.value(index)
     if value is None:
         return None
+    check_index_tensor(ctx, value, f"input {index}")
     values = np.asarray(value).reshape(-1).tolist()
     if not all(isinstance(v, (int, np.integer)) for v in values):
         return None
@@ -80,6 +93,7 @@ def known_dims(ctx: InferContext, index: int) -> Shape | None:
     value = ctx.value(index)
     if value is None:
         return None
+    check_index_tensor(ctx, value, f"input {index}")
     return shape_from_constant(value)
 
 
@@ -367,6 +381,9 @@ def size(ctx, data):
 
 def _infer_concat(ctx: InferContext) -> list[ValueType | None]:
     types = [tensor_input(ctx, i) for i in range(len(ctx.inputs))]
+    dtypes = list(dict.fromkeys(str(t.dtype) for t in types))
+    if len(dtypes) > 1:
+        raise ctx.error(f"inputs must share one element type, got {', '.join(dtypes)}")
     shapes = [t.shape for t in types if t.shape is not None]
     if not shapes:
         return [TensorType(types[0].dtype, None)]

@@ -139,7 +139,7 @@ def _as_bytes_if_needed(array: np.ndarray) -> np.ndarray:
     if array.dtype.kind in "fiub" and array.dtype.name in (
             "float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64",
             "uint32", "uint16", "uint8", "bool"):
-        return np.ascontiguousarray(array)
+        return np.require(array, requirements="C")  # keeps a 0-d shape
     return np.frombuffer(np.ascontiguousarray(array).tobytes(), dtype=np.uint8)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember.core.config import memory_limit as resolve_memory_limit
-from ember.core.errors import EmberError
+from ember.core.errors import EmberError, ShapeError
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.ops.registry import RefContext, get_op
@@ -69,7 +69,10 @@ def _try_fold(graph: Graph, node: Node, budget: FoldBudget) -> list[np.ndarray] 
             result = opdef.reference(RefContext(node, opdef, lambda *a: []), *args,
                                      **opdef.resolve_attrs(node))
     except EmberError:
-        return None
+        return None  # left to run time, where the same error names the node again
+    except Exception as error:  # numpy refused the inputs: a malformed node, named here
+        raise ShapeError(f"node '{node.name}' ({node.op}) cannot be evaluated on its constant "
+                         f"inputs: {type(error).__name__}: {error}") from error
     outputs = list(result) if isinstance(result, tuple) else [result]
     if not all(isinstance(o, np.ndarray) for o in outputs[:len(node.outputs)]):
         return None

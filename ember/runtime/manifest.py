@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -150,7 +151,7 @@ def strict_json(data: bytes, source: str) -> Any:
             from None
     try:
         return json.loads(text, object_pairs_hook=_no_duplicate_keys,
-                          parse_constant=_no_constants)
+                          parse_constant=_no_constants, parse_float=_finite_float)
     except _DuplicateKey as error:
         raise ModelLoadError(f"{source} has the key '{error.args[0]}' twice; {_REMEDY}") \
             from None
@@ -173,6 +174,14 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number that fits a float (``1e999`` would parse to infinity)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
 
 
 def canonical_digest(manifest: Mapping[str, Any]) -> str:

@@ -135,7 +135,14 @@ class CompiledModel:
             if entry.key not in tensors:
                 raise ModelLoadError(f"{source} has no tensor {entry.key!r} (weight "
                                      f"{entry.name!r} of the manifest)")
-            raw = tensors[entry.key].view(np.uint8).reshape(-1)
+            tensor = tensors[entry.key]
+            stored_as_bytes = tensor.dtype == np.uint8 and entry.dtype != "uint8"
+            if not stored_as_bytes and (tensor.dtype.name != entry.dtype
+                                        or tuple(tensor.shape) != tuple(entry.shape)):
+                raise ModelLoadError(f"{source}: tensor {entry.key!r} is {tensor.dtype.name}"
+                                     f"{list(tensor.shape)}, the manifest's weight "
+                                     f"{entry.name!r} is {entry.dtype}{list(entry.shape)}")
+            raw = np.ascontiguousarray(tensor).reshape(-1).view(np.uint8)
             if raw.size != entry.nbytes:
                 raise ModelLoadError(f"{source}: tensor {entry.key!r} has {raw.size} bytes, the "
                                      f"manifest's weight {entry.name!r} has {entry.nbytes}")

@@ -5,6 +5,7 @@ numbers and element type names only::
 
     {"abi": 1, "inputs": [{"dtype": "float32", "shape": [1, 3]}], "outputs": [...],
      "workspace_size": N, "weights_size": M,
+     "weights": [{"offset": 0, "dtype": "float32", "shape": [3]}, ...],   (offset order)
      "host_nodes": [{"index": i, "inputs": [...], "outputs": [...]}]}
 
 The runtime sizes every buffer it hands to ``ember_run`` (inputs, outputs, weights, workspace,
@@ -46,6 +47,7 @@ class Signature:
     outputs: tuple[TensorSpec, ...]
     workspace_size: int
     weights_size: int
+    weights: tuple[tuple[int, TensorSpec], ...]  # (offset, spec) of every constant read
     host_nodes: tuple[HostNodeSignature, ...]
 
 
@@ -62,7 +64,8 @@ def parse_signature(text: bytes, source: str) -> Signature:
 def _parse(data: object) -> Signature:
     if not isinstance(data, dict):
         raise SchemaError("(top level)", "must be a JSON object")
-    for key in ("abi", "inputs", "outputs", "workspace_size", "weights_size", "host_nodes"):
+    for key in ("abi", "inputs", "outputs", "workspace_size", "weights_size", "weights",
+                "host_nodes"):
         if key not in data:
             raise SchemaError(key, "is missing")
     abi = data["abi"]
@@ -76,9 +79,17 @@ def _parse(data: object) -> Signature:
         host_nodes.append(HostNodeSignature(_size(item["index"], f"host_nodes[{i}].index"),
                                             _specs(item["inputs"], f"host_nodes[{i}].inputs"),
                                             _specs(item["outputs"], f"host_nodes[{i}].outputs")))
+    weights = []
+    for i, item in enumerate(_list(data["weights"], "weights")):
+        if not isinstance(item, dict) or "offset" not in item:
+            raise SchemaError(f"weights[{i}]", "must be an object of offset, dtype, shape")
+        spec = {key: value for key, value in item.items() if key != "offset"}
+        weights.append((_size(item["offset"], f"weights[{i}].offset"),
+                        tensor_spec(spec, f"weights[{i}]", named=False)))
     return Signature(abi, _specs(data["inputs"], "inputs"), _specs(data["outputs"], "outputs"),
                      _size(data["workspace_size"], "workspace_size"),
-                     _size(data["weights_size"], "weights_size"), tuple(host_nodes))
+                     _size(data["weights_size"], "weights_size"), tuple(weights),
+                     tuple(host_nodes))
 
 
 def _list(value: object, where: str) -> list:
@@ -114,6 +125,14 @@ def check_manifest(manifest: Manifest, signature: Signature, workspace_size: int
                                  signature.weights_size)):
         if said != actual:
             problems.append(f"{field} is {said} in the manifest, {actual} in the library")
+    said_weights = sorted((entry.offset, entry.dtype, entry.shape) for entry in manifest.weights)
+    actual_weights = [(offset, spec.dtype, spec.shape) for offset, spec in signature.weights]
+    if said_weights != actual_weights:
+        moved = [f"{said[1]}{list(said[2])} at offset {said[0]}"
+                 for said in said_weights if said not in actual_weights]
+        problems.append(f"weights differ: the manifest places {len(said_weights)} constant(s), "
+                        f"the library reads {len(actual_weights)}"
+                        + (f" (not read by the library: {', '.join(moved[:3])})" if moved else ""))
     said_nodes = [entry.index for entry in manifest.host_nodes]
     actual_nodes = [node.index for node in signature.host_nodes]
     if said_nodes != actual_nodes:

@@ -20,7 +20,7 @@ import ember
 import ember.runtime
 from ember.build import BuildOptions, CompileError, build_graph
 from ember.core.target import Target
-from ember.core.errors import InputError, ModelLoadError
+from ember.core.errors import ExecutionError, InputError, ModelLoadError
 from ember.frontend.onnx import import_onnx
 from ember.interp import ReferenceExecutor
 from ember.package import save_artifact
@@ -366,3 +366,24 @@ def test_missing_or_unknown_inputs_are_input_errors(static_module, tmp_path):
     # a non-contiguous view of the right shape is fine
     wide = np.arange(12, dtype=np.float32).reshape(2, 6)[:, ::2]
     np.testing.assert_array_equal(loaded.run({"x": wide})["y"], wide * wide)
+
+
+def test_declared_shape_of_a_run_time_reshape_is_checked_not_trusted():
+    """Found by the fuzzer: a Reshape whose target shape is computed from a run-time input
+    was compiled to the shape the model *declared* for its output and silently returned that
+    shape for every input.  Now the node runs its reference, whose result is checked."""
+    nodes = [helper.make_node("Shape", ["x"], ["dims"]),
+             helper.make_node("Gather", ["dims", "pick"], ["first"], axis=0),
+             helper.make_node("Unsqueeze", ["first", "zero"], ["first_1d"]),
+             helper.make_node("Concat", ["first_1d", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape")]
+    model = _model(nodes, [_vi("x", F32, [2, 3, 4]), _vi("pick", I64, [])],
+                   [_vi("y", F32, [2, 12])],
+                   {"zero": np.array([0]), "minus_one": np.array([-1])})
+    module = ember.compile(model)
+    [host] = module.build.host_nodes
+    assert host.node.name == "reshape" and "run time" in host.reason
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(module(x, np.array(0)), x.reshape(2, 12))
+    with pytest.raises(ExecutionError, match=r"'reshape' \(Reshape\) produced float32\[3, 8\]"):
+        module(x, np.array(1))  # the model's declared [2, 12] does not hold for this input

@@ -170,10 +170,104 @@ CASES = {
     "no_graph_outputs": (
         _model([helper.make_node("Relu", ["x"], ["a"], name="relu")], [_vi("x")], []),
         VerificationError, ["the graph has no outputs"]),
+    # ---- found by the fuzzer (tests/fuzz) ----
+    "invalid_utf8_name": (
+        _relu_model().SerializeToString().replace(b"relu", b"\xffelu", 1),
+        ModelLoadError, ["model.graph.node[0].name", "not valid UTF-8"]),
+    "required_input_left_empty": (
+        _model([helper.make_node("Relu", [""], ["a"], name="relu")], [_vi("x")], [_vi("a")]),
+        VerificationError, ["node 'relu' (Relu): input(s) [0] are empty"]),
+    "constant_of_the_wrong_kind": (
+        _model([helper.make_node("Constant", [], ["c"], name="const", value_float=1.0),
+                helper.make_node("Add", ["x", "c"], ["a"], name="add")], [_vi("x")],
+               [_vi("a")]), None, []),  # filled below: a string where a float belongs
+    "type_attribute_without_a_type": (None, ModelLoadError, ["attribute 'epsilon'",
+                                                             "holds none"]),
+    "concat_of_two_element_types": (
+        _model([helper.make_node("Concat", ["x", "i"], ["a"], name="concat", axis=0)],
+               [_vi("x", (2,)), _vi("i", (2,), I64)], [_vi("a", (4,))]),
+        ShapeError, ["node 'concat' (Concat)", "share one element type", "i64"]),
+    "opset_imported_twice": (_relu_model(opsets=(("", 17), ("", 13))), ModelLoadError,
+                             ["imported twice"]),
+    "no_opset_import": (_relu_model(opsets=()), ModelLoadError, ["imports no opset"]),
+    "domain_not_imported": (
+        _model([helper.make_node("Binarizer", ["x"], ["a"], name="binarize",
+                                 domain="ai.onnx.ml")], [_vi("x")], [_vi("a")]),
+        VerificationError, ["node 'binarize'", "domain 'ai.onnx.ml'", "does not import"]),
+    "op_newer_than_the_opset": (
+        _model([helper.make_node("Gelu", ["x"], ["a"], name="gelu")], [_vi("x")], [_vi("a")]),
+        VerificationError, ["node 'gelu' (Gelu) does not exist in opset 17"]),
+    "attribute_given_twice": (None, VerificationError, ["attribute(s) ['alpha'] more than once"]),
+    "attribute_reference_outside_a_function": (None, VerificationError,
+                                               ["refers to function attribute(s)"]),
+    "function_called_with_extra_inputs": (None, VerificationError,
+                                          ["calls function 'Double' with 2 input(s)"]),
+    "slice_starts_of_bools": (
+        _model([helper.make_node("Slice", ["x", "s", "e"], ["a"], name="slice")], [_vi("x")],
+               [_vi("a", (1,))], initializers=[numpy_helper.from_array(np.array([True]), "s"),
+                                               numpy_helper.from_array(np.array([2]), "e")]),
+        ShapeError, ["node 'slice' (Slice)", "must hold integers", "bool"]),
+    "unsqueeze_axes_as_a_matrix": (
+        _model([helper.make_node("Unsqueeze", ["x", "axes"], ["a"], name="unsqueeze")],
+               [_vi("x")], [_vi("a", (1, 3))],
+               initializers=[numpy_helper.from_array(np.array([[0]]), "axes")]),
+        ShapeError, ["node 'unsqueeze' (Unsqueeze)", "must be a 1-D tensor"]),
     "empty_bytes": (b"", ModelLoadError, ["empty"]),
     "bytes_without_graph": (onnx.ModelProto(ir_version=8).SerializeToString(), ModelLoadError,
                             ["no graph"]),
 }
+
+
+def _constant_of_the_wrong_kind():
+    model = CASES["constant_of_the_wrong_kind"][0]
+    attribute = model.graph.node[0].attribute[0]
+    attribute.type = onnx.AttributeProto.STRING
+    attribute.s = b"one"
+    return model
+
+
+def _type_attribute_without_a_type():
+    node = helper.make_node("LeakyRelu", ["x"], ["a"], name="leaky")
+    model = _model([node], [_vi("x")], [_vi("a")])
+    attribute = model.graph.node[0].attribute.add()
+    attribute.name, attribute.type = "epsilon", onnx.AttributeProto.TYPE_PROTO
+    model.graph.node[0].op_type = "BatchNormalization"  # a float attribute, typed as a type
+    return model
+
+
+def _attribute_given_twice():
+    model = _model([helper.make_node("LeakyRelu", ["x"], ["a"], name="leaky", alpha=0.1)],
+                   [_vi("x")], [_vi("a")])
+    model.graph.node[0].attribute.extend([helper.make_attribute("alpha", 0.2)])
+    return model
+
+
+def _attribute_reference_outside_a_function():
+    model = _model([helper.make_node("LeakyRelu", ["x"], ["a"], name="leaky")], [_vi("x")],
+                   [_vi("a")])
+    reference = helper.make_attribute_ref("alpha", onnx.AttributeProto.FLOAT)
+    model.graph.node[0].attribute.extend([reference])
+    return model
+
+
+def _function_called_with_extra_inputs():
+    double = helper.make_function("local", "Double", ["i"], ["o"],
+                                  [helper.make_node("Add", ["i", "i"], ["o"])],
+                                  [helper.make_opsetid("", 17)])
+    return _model([helper.make_node("Double", ["x", "x"], ["a"], domain="local", name="call")],
+                  [_vi("x")], [_vi("a")], opsets=(("", 17), ("local", 1)), functions=[double])
+
+
+CASES["constant_of_the_wrong_kind"] = (_constant_of_the_wrong_kind(), ModelLoadError,
+                                       ["Constant node 'const'", "must be a float", "str"])
+CASES["type_attribute_without_a_type"] = (_type_attribute_without_a_type(),
+                                          *CASES["type_attribute_without_a_type"][1:])
+CASES["attribute_given_twice"] = (_attribute_given_twice(), *CASES["attribute_given_twice"][1:])
+CASES["attribute_reference_outside_a_function"] = (
+    _attribute_reference_outside_a_function(),
+    *CASES["attribute_reference_outside_a_function"][1:])
+CASES["function_called_with_extra_inputs"] = (
+    _function_called_with_extra_inputs(), *CASES["function_called_with_extra_inputs"][1:])
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

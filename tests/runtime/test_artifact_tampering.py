@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 
 import numpy as np
+from onnx import TensorProto, helper, numpy_helper
 import pytest
 
 import ember
@@ -164,6 +165,10 @@ SIGNATURE_EDITS = {
     "larger weights blob": (lambda m: m.update(weights_size=m["weights_size"] + 64),
                             "weights_size is 2752 in the manifest, 2688 in the library"),
     "an output less": (lambda m: m.update(outputs=[]), "outputs has 0 entries"),
+    # found by the fuzzer: a weight moved inside the blob (or re-shaped to the same size)
+    # passed every other check and ran on other values
+    "weight re-shaped": (lambda m: m["weights"]["w1"].update(shape=[32, 16]),
+                         "weights differ: .*float32\\[32, 16\\] at offset 0"),
 }
 
 
@@ -255,8 +260,10 @@ def test_manifest_fields_are_validated_before_use(artifact, case):
     (b"\xff\xfe{}", "is not valid UTF-8"),
     (b'{"format": 1, "format": 2}', "has the key 'format' twice"),
     (b'{"format": NaN}', "is not valid JSON"),
+    (b'{"format_version": 1e999}', "out of range"),
     (b"[" * 100_000 + b"]" * 100_000, "is not valid JSON"),
-], ids=["list", "string", "truncated", "not-utf8", "duplicate-key", "nan", "deep"])
+], ids=["list", "string", "truncated", "not-utf8", "duplicate-key", "nan", "infinity",
+         "deep"])
 def test_malformed_manifest_is_a_model_load_error(artifact, content, fragment):
     (artifact / "manifest.json").write_bytes(content)
     for load in LOADERS.values():
@@ -366,6 +373,18 @@ def test_weights_file_with_offsets_past_the_end_is_refused(artifact):
         ember.runtime.load(artifact)
 
 
+def test_weights_file_whose_tensor_shape_differs_from_the_manifest_is_refused(artifact):
+    """Found by the fuzzer: a 0-d tensor where the manifest has [32] raised ValueError."""
+    header = {"w0": {"dtype": "F32", "shape": [16, 32], "data_offsets": [0, 2048]},
+              "w1": {"dtype": "F32", "shape": [], "data_offsets": [2048, 2052]},
+              "w2": {"dtype": "F32", "shape": [32, 4], "data_offsets": [2052, 2564]}}
+    (artifact / "weights.safetensors").write_bytes(_safetensors(header, b"\0" * 2564))
+    refresh_digests(artifact)
+    with pytest.raises(ModelLoadError, match=r"tensor 'w1' is float32\[\], the manifest's "
+                                             r"weight 'b1' is float32\[32\]"):
+        ember.runtime.load(artifact)
+
+
 # ---------------------------------------------------------------------- host nodes
 
 
@@ -446,3 +465,26 @@ def test_host_node_buffers_are_checked_against_the_library(topk_artifact):
     with pytest.raises(ModelLoadError, match=r"host_nodes\[0\].outputs\[0\] \('values'\) is "
                                              r"float32\[3, 5\] in the manifest, float32\[3, 2\]"):
         ember.load(topk_artifact)
+
+
+def test_a_weight_moved_inside_its_padding_is_refused(tmp_path):
+    """Found by the fuzzer: a constant's offset moved within the alignment padding after it
+    (no overlap, inside the blob, digest recomputed) loaded and ran on shifted values."""
+    rng = np.random.default_rng(3)
+    bias = numpy_helper.from_array(rng.standard_normal(30).astype(np.float32), "bias")
+    scale = numpy_helper.from_array(rng.standard_normal(30).astype(np.float32), "scale")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "bias"], ["h"]), helper.make_node("Mul", ["h", "scale"],
+                                                                         ["y"])],
+        "padded", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [30])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [30])], initializer=[bias, scale])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    artifact = ember.compile(model).save(tmp_path / "padded.ember")
+    first = min(read_manifest(artifact)["weights"].values(), key=lambda w: w["offset"])
+    assert first["nbytes"] == 120, "the first weight must be followed by padding"
+    edit_manifest(artifact, lambda m: next(w for w in m["weights"].values()
+                                           if w["offset"] == first["offset"]).update(
+        offset=first["offset"] + 4))
+    result = load_in_subprocess(artifact)
+    assert result["error"] == "ModelLoadError", result
+    assert "weights differ" in result["message"], result["message"]

@@ -27,7 +27,7 @@ from ember.core.dtypes import DType
 from ember.core.errors import EmberError, ModelLoadError, UnsupportedOpError
 from ember.frontend.onnx.table import ember_op_name, upgrades_for
 from ember.frontend.onnx.validate import (canonical_domain, check_dims, check_opsets,
-                                          dim_problem, sparse_to_array)
+                                          check_text_fields, dim_problem, sparse_to_array)
 from ember.ir.graph import Graph, Node
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ops.registry import get_op
@@ -95,11 +95,16 @@ def import_onnx(model: Any, *, infer_shapes: bool = True,
     the sparse tensors of the file once made dense.
     """
     proto = load_onnx_model(model)
+    check_text_fields(proto, "model")
     check_opsets(proto.opset_import, "the model")
     for function in proto.functions:
         check_opsets(function.opset_import, f"model-local function '{function.name}'")
     opsets = {canonical_domain(o.domain): o.version for o in proto.opset_import}
     if not opsets:
+        if proto.ir_version >= 3:
+            raise ModelLoadError(f"the model (IR version {proto.ir_version}) imports no opset; "
+                                 f"from IR version 3 on, opset_import must name the version of "
+                                 f"every operator domain the model uses")
         opsets[""] = 1  # IR version 1-2 models carry no opset_import; ONNX says opset 1
     functions = {(f.domain, f.name): f for f in proto.functions}
     importer = _Importer(opsets, functions, memory_limit)
@@ -187,10 +192,30 @@ class _Importer:
     def _import_node(self, nproto, graph: Graph, visible: set[str]) -> None:
         domain = "" if nproto.domain in ("", "ai.onnx") else nproto.domain
         name = nproto.name or f"{nproto.op_type}_{next(self._node_counter)}"
+        if domain not in self.opsets:
+            label = f"domain '{domain}'" if domain else "the default domain (ai.onnx)"
+            self.problems.append(f"graph '{graph.name}': node '{name}' ({nproto.op_type}) is "
+                                 f"of {label}, which the model does not import; add it to "
+                                 f"opset_import")
+        elif not _exists_at(nproto.op_type, domain, self.opsets[domain]):
+            self.problems.append(f"graph '{graph.name}': node '{name}' ({nproto.op_type}) does "
+                                 f"not exist in opset {self.opsets[domain]} of "
+                                 f"{domain or 'ai.onnx'}; it was added in a later opset")
         if (nproto.domain, nproto.op_type) in self.functions:
             self._inline_function(nproto, graph, visible)
             return
-        attrs = {a.name: self._attribute(a, name, visible) for a in nproto.attribute}
+        names = [a.name for a in nproto.attribute]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            self.problems.append(f"graph '{graph.name}': node '{name}' ({nproto.op_type}) "
+                                 f"gives attribute(s) {twice} more than once")
+        references = [a.name for a in nproto.attribute if a.ref_attr_name]
+        if references:  # a function's body resolves these before nodes get here
+            self.problems.append(f"graph '{graph.name}': node '{name}' ({nproto.op_type}) "
+                                 f"refers to function attribute(s) for {references} outside "
+                                 f"of a function")
+        attrs = {a.name: self._attribute(a, name, visible) for a in nproto.attribute
+                 if not a.ref_attr_name}
         if domain == "" and nproto.op_type == "Constant":
             if len(nproto.output) != 1 or not nproto.output[0]:
                 self.problems.append(f"graph '{graph.name}': Constant node '{name}' has "
@@ -272,10 +297,14 @@ class _Importer:
             return _normalize_array(sparse_to_array(
                 aproto.sparse_tensor, f"attribute '{aproto.name}' of node '{node_name}'",
                 self.memory_limit))
-        if kind == AttributeProto.TYPE_PROTO:
-            return value_type(aproto.tp, f"attribute '{aproto.name}'")
-        if kind == AttributeProto.TYPE_PROTOS:
-            return [value_type(t, f"attribute '{aproto.name}'") for t in aproto.type_protos]
+        if kind in (AttributeProto.TYPE_PROTO, AttributeProto.TYPE_PROTOS):
+            where = f"attribute '{aproto.name}' of node '{node_name}'"
+            protos = [aproto.tp] if kind == AttributeProto.TYPE_PROTO else aproto.type_protos
+            types = [value_type(t, where) for t in protos]
+            if any(t is None for t in types):
+                raise ModelLoadError(f"{where} is declared as a type but holds none (an empty "
+                                     f"or undefined TypeProto); the model file is malformed")
+            return types[0] if kind == AttributeProto.TYPE_PROTO else types
         if kind == AttributeProto.FLOAT:
             return float(aproto.f)
         if kind == AttributeProto.INT:
@@ -311,9 +340,16 @@ class _Importer:
             raise ModelLoadError(f"model-local function '{nproto.op_type}' calls itself "
                                  f"({chain}); recursive functions cannot be inlined, and ONNX "
                                  f"does not allow them")
+        fproto = self.functions[key]
+        if len(nproto.input) > len(fproto.input) or len(nproto.output) > len(fproto.output):
+            self.problems.append(f"graph '{graph.name}': node '{nproto.name}' calls function "
+                                 f"'{nproto.op_type}' with {len(nproto.input)} input(s) and "
+                                 f"{len(nproto.output)} output(s); the function has "
+                                 f"{len(fproto.input)} and {len(fproto.output)}")
+            return
         self._inlining.append(key)
         try:
-            self._expand_function(nproto, self.functions[key], graph, visible)
+            self._expand_function(nproto, fproto, graph, visible)
         finally:
             self._inlining.pop()
 
@@ -344,8 +380,9 @@ class _Importer:
             del clone.attribute[:]
             clone.attribute.extend(kept)
             saved = self.opsets
-            self.opsets = {**saved, **{("" if o.domain == "ai.onnx" else o.domain): o.version
-                                       for o in fproto.opset_import}}
+            # A function's body sees the opsets the function imports, not the model's (ONNX
+            # versions a function independently of the model that calls it).
+            self.opsets = {canonical_domain(o.domain): o.version for o in fproto.opset_import}
             try:
                 self._import_node(clone, graph, visible)
             finally:
@@ -408,20 +445,57 @@ def value_type(tproto, where: str) -> ValueType | None:
     raise ModelLoadError(f"{where}: ONNX type '{which}' (maps, sparse tensors) is not supported")
 
 
+def _exists_at(op_type: str, domain: str, opset: int) -> bool:
+    """False if ONNX defines ``op_type`` only from an opset later than ``opset`` (ops ONNX does
+    not know, and domains other than ai.onnx and ai.onnx.ml, are for ember to judge)."""
+    import onnx.defs
+
+    if domain not in ("", "ai.onnx.ml") or not onnx.defs.has(op_type, domain):
+        return True
+    try:
+        onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return False
+    return True
+
+
+# The attributes that can carry a Constant's value: what each must hold, and its dtype.
+_CONSTANT_ATTRS: dict[str, tuple[str, Any]] = {
+    "value": ("a tensor", None), "sparse_value": ("a sparse tensor", None),
+    "value_float": ("a float", np.float32), "value_floats": ("a list of floats", np.float32),
+    "value_int": ("an int", np.int64), "value_ints": ("a list of ints", np.int64),
+    "value_string": ("a string", object), "value_strings": ("a list of strings", object),
+}
+
+
 def constant_value(attrs: dict[str, Any], node_name: str) -> np.ndarray:
-    """The tensor a Constant node holds, whichever of its attributes carries it."""
-    if "value" in attrs:
-        return np.asarray(attrs["value"])
-    if "sparse_value" in attrs:
-        return np.asarray(attrs["sparse_value"])
-    scalar_kinds = {
-        "value_float": np.float32, "value_int": np.int64, "value_string": object,
-        "value_floats": np.float32, "value_ints": np.int64, "value_strings": object,
-    }
-    for key, dtype in scalar_kinds.items():
-        if key in attrs:
-            return np.asarray(attrs[key], dtype=dtype)
-    raise ModelLoadError(f"Constant node '{node_name}' has no value attribute")
+    """The tensor a Constant node holds: exactly one value attribute, of its own kind."""
+    present = [key for key in attrs if key in _CONSTANT_ATTRS]
+    unknown = sorted(set(attrs) - set(_CONSTANT_ATTRS))
+    if len(present) != 1 or unknown:
+        raise ModelLoadError(f"Constant node '{node_name}' must have exactly one of the "
+                             f"attributes {sorted(_CONSTANT_ATTRS)}; it has "
+                             f"{sorted(attrs) or 'none'}")
+    key = present[0]
+    what, dtype = _CONSTANT_ATTRS[key]
+    value = attrs[key]
+    if not _constant_kind_matches(key, value):
+        raise ModelLoadError(f"Constant node '{node_name}': attribute '{key}' must be {what}, "
+                             f"got {type(value).__name__}")
+    return np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype)
+
+
+def _constant_kind_matches(key: str, value: Any) -> bool:
+    if key in ("value", "sparse_value"):
+        return isinstance(value, np.ndarray)
+    if key.endswith("s"):  # the list kinds
+        return isinstance(value, list) and all(_constant_kind_matches(key[:-1], v)
+                                               for v in value)
+    if key == "value_float":
+        return isinstance(value, (float, int)) and not isinstance(value, bool)
+    if key == "value_int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, str)
 
 
 def _normalize_array(array: np.ndarray) -> np.ndarray:

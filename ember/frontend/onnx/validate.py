@@ -49,8 +49,14 @@ def check_opsets(opset_imports: Iterable[Any], where: str) -> None:
     newest = newest_opsets()
     problems = []
     too_new = False
+    seen: dict[str, int] = {}
     for entry in opset_imports:
         domain = canonical_domain(entry.domain)
+        if domain in seen:
+            problems.append(f"domain '{domain or 'ai.onnx'}' is imported twice (opsets "
+                            f"{seen[domain]} and {entry.version})")
+            continue
+        seen[domain] = entry.version
         if domain not in newest:
             continue
         if not 1 <= entry.version <= newest[domain]:
@@ -64,6 +70,43 @@ def check_opsets(opset_imports: Iterable[Any], where: str) -> None:
                 if too_new else "")
         raise ModelLoadError(f"{where} imports invalid opset versions: " + "; ".join(problems)
                              + f". Fix the model's opset_import{hint}")
+
+
+def check_text_fields(proto: Any, where: str) -> None:
+    """Raise ModelLoadError if a string field anywhere in ``proto`` is not valid UTF-8.
+
+    ONNX declares names, op types and domains as protobuf ``string`` fields, but its files use
+    proto2, whose parser hands back ``bytes`` where a field holds invalid UTF-8.  Every later
+    step assumes ``str`` (names are compared, hashed, printed and written to the manifest), so
+    such a file is refused here, naming the field, instead of failing somewhere downstream.
+    Only string fields are visited: tensor payloads are ``bytes`` or numbers and are skipped
+    without being read.
+    """
+    from google.protobuf.descriptor import FieldDescriptor
+
+    pending: list[tuple[Any, str]] = [(proto, where)]
+    while pending:
+        message, path = pending.pop()
+        for field, value in message.ListFields():
+            if field.type == FieldDescriptor.TYPE_STRING:
+                values = value if _is_repeated(field) else [value]
+                for index, text in enumerate(values):
+                    if not isinstance(text, str):
+                        raise ModelLoadError(
+                            f"{path}.{field.name}{f'[{index}]' if _is_repeated(field) else ''} "
+                            f"is not valid UTF-8 text ({bytes(text)[:40]!r}); the model file "
+                            f"is corrupt or was written wrongly")
+            elif field.type == FieldDescriptor.TYPE_MESSAGE:
+                if _is_repeated(field):
+                    pending.extend((item, f"{path}.{field.name}[{i}]")
+                                   for i, item in enumerate(value))
+                else:
+                    pending.append((value, f"{path}.{field.name}"))
+
+
+def _is_repeated(field: Any) -> bool:
+    repeated = getattr(field, "is_repeated", None)  # protobuf >= 5; older ones have .label
+    return bool(repeated) if repeated is not None else field.label == field.LABEL_REPEATED
 
 
 def dim_problem(dim: int) -> str | None:
