@@ -212,6 +212,12 @@ CASES = {
                [_vi("x")], [_vi("a", (1, 3))],
                initializers=[numpy_helper.from_array(np.array([[0]]), "axes")]),
         ShapeError, ["node 'unsqueeze' (Unsqueeze)", "must be a 1-D tensor"]),
+    "conv_with_an_integer_weight": (
+        _model([helper.make_node("Conv", ["x", "w"], ["a"], name="conv")],
+               [_vi("x", (1, 1, 3, 3))], [_vi("a", (1, 1, 3, 3))],
+               initializers=[numpy_helper.from_array(np.ones((1, 1, 1, 1), np.int32), "w")]),
+        ShapeError, ["node 'conv' (Conv)", "input 1 ('w') is tensor(int32)",
+                     "input 0 ('x') is tensor(float)", "must be the same type"]),
     "empty_bytes": (b"", ModelLoadError, ["empty"]),
     "bytes_without_graph": (onnx.ModelProto(ir_version=8).SerializeToString(), ModelLoadError,
                             ["no graph"]),

@@ -24,10 +24,11 @@ import numpy as np
 from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dims import sym
 from ember.core.dtypes import DType
-from ember.core.errors import EmberError, ModelLoadError, UnsupportedOpError
+from ember.core.errors import EmberError, ModelLoadError, ShapeError, UnsupportedOpError
 from ember.frontend.onnx.table import ember_op_name, upgrades_for
 from ember.frontend.onnx.validate import (canonical_domain, check_dims, check_opsets,
-                                          check_text_fields, dim_problem, sparse_to_array)
+                                          check_text_fields, check_type_constraints,
+                                          dim_problem, sparse_to_array)
 from ember.ir.graph import Graph, Node
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ops.registry import get_op
@@ -125,6 +126,12 @@ def import_onnx(model: Any, *, infer_shapes: bool = True,
         from ember.passes.infer_shapes import infer_shapes as run_inference
 
         run_inference(graph)
+        type_problems = check_type_constraints(graph)
+        if type_problems:
+            raise ShapeError(f"{len(type_problems)} node(s) have operands of types their op "
+                             f"does not take:\n  - " + "\n  - ".join(type_problems[:30])
+                             + "\nfix the model's data types (initializers, Cast targets, "
+                               "declared input types)")
     return graph
 
 

@@ -15,6 +15,8 @@ import numpy as np
 
 from ember.core.config import format_size, raise_limit_hint
 from ember.core.errors import MemoryBudgetError, ModelLoadError
+from ember.ir.graph import Graph, Node
+from ember.ir.types import OptionalType, SequenceType, TensorType
 
 # The largest dimension ember accepts in a model file.  ONNX stores dims as int64, but a single
 # axis longer than 2**31 - 1 elements is corrupt or hostile data in every real model; the bound
@@ -177,3 +179,104 @@ def sparse_to_array(sparse: Any, where: str, memory_limit: int) -> np.ndarray:
     dense = np.zeros(count, dtype=values.dtype)
     dense[flat] = values
     return dense.reshape(shape)
+
+
+# ---------------------------------------------------------------------- type constraints
+
+
+def check_type_constraints(graph: Graph) -> list[str]:
+    """Problems of nodes whose inputs or outputs break their ONNX schema's type constraints.
+
+    ONNX types every operand: ``Concat(inputs: T...)`` with ``T`` one of a list of tensor types
+    means every input has the *same* type, from that list.  Shape inference checks some of
+    this per op; checking it here, from the schemas of the installed ``onnx`` for every op
+    ONNX defines, closes the rest at once (a Conv whose weight is int32 while its input is
+    float, a Concat of int64 and float6 ...), before a kernel is built for operands it does
+    not expect.  ember's nodes carry the newest opset's semantics (older ones were upgraded
+    on import), so the newest schema is the one that applies.  Values of unknown type and
+    ops ONNX does not define are skipped.
+    """
+    problems: list[str] = []
+    _check_graph_types(graph, {}, problems)
+    return problems
+
+
+def _check_graph_types(graph: Graph, outer_types: dict[str, Any], problems: list[str]) -> None:
+    types = {**outer_types, **graph.types}
+    for node in graph.nodes:
+        problem = _node_type_problem(node, types)
+        if problem:
+            problems.append(f"graph '{graph.name}': node '{node.name}' ({node.op}): {problem}")
+        for sub in node.subgraphs():
+            _check_graph_types(sub, types, problems)
+
+
+def _node_type_problem(node: Node, types: dict[str, Any]) -> str | None:
+    schema = _newest_schema(node)
+    if schema is None:
+        return None
+    bound: dict[str, tuple[str, str]] = {}  # type parameter -> (type, which operand)
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    for label, formals, names in (("input", schema.inputs, node.inputs),
+                                  ("output", schema.outputs, node.outputs)):
+        for position, name in enumerate(names):
+            if not name or not formals:
+                continue
+            formal = formals[min(position, len(formals) - 1)]
+            if position >= len(formals) and formal.option != formal.option.Variadic:
+                continue  # surplus operands: the arity check reports them
+            actual = _type_string(types.get(name))
+            if actual is None:
+                continue
+            operand = f"{label} {position} ('{name}')"
+            param = formal.type_str
+            if param not in allowed:  # a concrete type, e.g. tensor(int64)
+                if actual != param:
+                    return f"{operand} is {actual}; ONNX requires {param}"
+                continue
+            if actual not in allowed[param]:
+                return (f"{operand} is {actual}, which {node.op} does not take for "
+                        f"'{formal.name}' ({param} is one of {_short(allowed[param])})")
+            homogeneous = formal.option != formal.option.Variadic or formal.is_homogeneous
+            if param in bound and bound[param][0] != actual and homogeneous:
+                other_type, other = bound[param]
+                return (f"{operand} is {actual} but {other} is {other_type}; both are of "
+                        f"type {param} and must be the same type")
+            bound.setdefault(param, (actual, operand))
+    return None
+
+
+def _newest_schema(node: Node) -> Any:
+    import onnx.defs
+
+    domain = node.domain if node.domain in ("", ML_DOMAIN) else None
+    if domain is None:
+        return None
+    op_type = node.op[len(domain) + 1:] if domain and node.op.startswith(domain + ".") \
+        else node.op
+    if not onnx.defs.has(op_type, domain):
+        return None
+    try:
+        return onnx.defs.get_schema(op_type, newest_opsets()[domain], domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _type_string(vtype: Any) -> str | None:
+    """The ONNX spelling of an ember value type (``tensor(float)``), None if not fully known."""
+    from onnx import TensorProto
+
+    if isinstance(vtype, TensorType):
+        return f"tensor({TensorProto.DataType.Name(vtype.dtype.onnx).lower()})"
+    if isinstance(vtype, SequenceType):
+        inner = _type_string(vtype.elem)
+        return None if inner is None else f"seq({inner})"
+    if isinstance(vtype, OptionalType):
+        inner = _type_string(vtype.elem)
+        return None if inner is None else f"optional({inner})"
+    return None
+
+
+def _short(types: set[str]) -> str:
+    listed = sorted(types)
+    return ", ".join(listed[:6]) + (f" and {len(listed) - 6} more" if len(listed) > 6 else "")
