@@ -217,6 +217,11 @@ CASES = {
                [_vi("x", (1, 1, 3, 3))], [_vi("a", (1, 1, 3, 3))],
                initializers=[numpy_helper.from_array(np.ones((1, 1, 1, 1), np.int32), "w")]),
         ShapeError, ["node 'conv' (Conv)", "input 1 ('w') is tensor(int32)",
+                     "Conv does not take"]),
+    "layer_norm_scale_of_another_type": (
+        _model([helper.make_node("LayerNormalization", ["x", "s"], ["a"], name="norm")],
+               [_vi("x"), _vi("s", (3,), TensorProto.DOUBLE)], [_vi("a")]),
+        ShapeError, ["node 'norm' (LayerNormalization)", "input 1 ('s') is tensor(double) but "
                      "input 0 ('x') is tensor(float)", "must be the same type"]),
     "empty_bytes": (b"", ModelLoadError, ["empty"]),
     "bytes_without_graph": (onnx.ModelProto(ir_version=8).SerializeToString(), ModelLoadError,
