@@ -12,6 +12,15 @@ know a dim they must agree: a declared ``float32[3]`` for a value inferred ``int
 broken model, and every such value is listed in one ShapeError.  A declared dim that is a symbol
 or unknown agrees with anything, and so does an inferred one that is.
 
+Which nodes fold depends on what their inputs hold.  Values with symbols (object arrays) go only
+through the ops of ``_SYMBOLIC_FOLDABLE``, whose references are written to handle symbols
+exactly.  Values that are plain numbers -- every shape tensor once ``specialize`` has bound the
+input shapes -- go through *any* op without subgraphs: exporters compute Reshape and Expand
+targets with whatever ops they like (the TorchScript exporter's ``Mod`` of a head count,
+``Cast``, ``Less``, ``ReduceProd``, ``CumSum`` ...), and a target that stays unknown leaves the
+Reshape without a static shape, that is without a kernel.  Running the reference is exact, as in
+constant folding.
+
 Known values are folded only when every output is a small static tensor, checked *before* the
 reference runs: a ConstantOfShape or Range whose size inference could not bound never
 materializes here (constant folding proper, with the memory budget, is ``fold_constants.py``).
@@ -29,8 +38,9 @@ from ember.ir.graph import Graph, Node
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ops.registry import InferContext, RefContext, get_op
 
-# Ops whose reference is cheap and exact on small integer/symbolic arrays.
-_FOLDABLE = {
+# Ops whose reference is exact on arrays that hold symbolic dims (object arrays); any op
+# without subgraphs folds values that are plain numbers.
+_SYMBOLIC_FOLDABLE = {
     "Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Cast", "Identity",
     "Add", "Sub", "Mul", "Div", "Reshape", "Equal", "Where", "ConstantOfShape", "Range", "Neg",
     "Max", "Min", "Abs", "ReduceProd", "Expand", "Tile", "Flatten", "Transpose",
@@ -112,7 +122,7 @@ def _infer_node(graph: Graph, node: Node, types: dict[str, ValueType | None],
                               f"({node.op})) is declared {declared} but inferred {new}: "
                               f"{problem}")
         types[name] = new if problem else merge_types(new, declared)
-    if node.op in _FOLDABLE:
+    if next(node.subgraphs(), None) is None:  # a body's values are not the node's to know
         _fold_known_value(node, opdef, attrs, known, types)
 
 
@@ -139,6 +149,8 @@ def _fold_known_value(node: Node, opdef, attrs: dict[str, Any], known: dict[str,
         if name not in known:
             return
         args.append(known[name])
+    if node.op not in _SYMBOLIC_FOLDABLE and any(_has_symbols(a) for a in args):
+        return  # a reference written for numbers could mistake a symbol for one
     try:
         with np.errstate(all="ignore"):
             result = opdef.reference(RefContext(node, opdef, lambda *a: []), *args, **attrs)
@@ -191,6 +203,11 @@ def _simplify(value: np.ndarray) -> np.ndarray:
     if value.dtype == object and all(isinstance(v, (int, np.integer)) for v in value.flat):
         return value.astype(np.int64)
     return value
+
+
+def _has_symbols(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype == object and \
+        any(isinstance(v, SymDim) for v in value.flat)
 
 
 def _small(value: Any) -> bool:

@@ -185,3 +185,69 @@ def test_batchnorm_after_something_else_than_conv_is_left_alone():
                    [_vi("x", F32, [2, 4, 7, 7])], [_vi("y")], _bn_params(4))
     folded, count = _fold(model, {"x": _x()})
     assert count == 0 and _ops(folded) == ["Relu", "BatchNormalization"]
+
+
+# ---------------------------------------------------------------------- Gemm and MatMul
+
+
+def test_batchnorm_after_gemm_folds_into_its_weights_and_bias():
+    from ember.passes.testing import assert_pass
+    from pass_helpers import check_numerics
+
+    text = """
+        graph g(%x: f32[4, 6]) -> (%y: f32[4, 3]) {
+          const %w: f32[3, 6] = random
+          const %c: f32[3] = random
+          const %gamma: f32[3] = random
+          const %beta: f32[3] = random
+          const %mean: f32[3] = random
+          const %var: f32[3] = [0.5, 1.0, 2.0]
+          %m = Gemm(%x, %w, %c) {beta=0.5, transB=1}
+          %y = BatchNormalization(%m, %gamma, %beta, %mean, %var)
+        }"""
+    assert_pass(fold_batchnorm, text, """
+        graph g(%x: f32[4, 6]) -> (%y: f32[4, 3]) {
+          const %w2: f32[3, 6] = random
+          const %c2: f32[3] = random
+          %y = Gemm(%x, %w2, %c2) {beta=1.0, transB=1}
+        }""", changed=1, values=False)
+    check_numerics(fold_batchnorm, text, rtol=1e-4, atol=1e-4)
+
+
+def test_batchnorm_after_a_matmul_without_bias_becomes_its_bias_add():
+    from ember.passes.testing import assert_pass
+    from pass_helpers import check_numerics
+
+    text = """
+        graph g(%x: f32[4, 6]) -> (%y: f32[4, 3]) {
+          const %w: f32[6, 3] = random
+          const %gamma: f32[3] = random
+          const %beta: f32[3] = random
+          const %mean: f32[3] = random
+          const %var: f32[3] = [0.5, 1.0, 2.0]
+          %m = MatMul(%x, %w)
+          %y = BatchNormalization(%m, %gamma, %beta, %mean, %var)
+        }"""
+    assert_pass(fold_batchnorm, text, """
+        graph g(%x: f32[4, 6]) -> (%y: f32[4, 3]) {
+          const %w2: f32[6, 3] = random
+          const %t: f32[3] = random
+          %m = MatMul(%x, %w2)
+          %y = Add(%m, %t)
+        }""", changed=1, values=False)
+    check_numerics(fold_batchnorm, text, rtol=1e-4, atol=1e-4)
+
+
+def test_batchnorm_over_a_matmul_whose_channels_are_not_axis_1_stays():
+    from ember.passes.testing import assert_unchanged
+
+    assert_unchanged(fold_batchnorm, """
+        graph g(%x: f32[2, 3, 6]) -> (%y: f32[2, 3, 3]) {
+          const %w: f32[6, 3] = random
+          const %gamma: f32[3] = random
+          const %beta: f32[3] = random
+          const %mean: f32[3] = random
+          const %var: f32[3] = [0.5, 1.0, 2.0]
+          %m = MatMul(%x, %w)
+          %y = BatchNormalization(%m, %gamma, %beta, %mean, %var)
+        }""")

@@ -1,0 +1,169 @@
+"""Common-subexpression elimination: compute each value once.
+
+Two nodes compute the same value when they apply the same op (and domain) to the same inputs
+with the same attributes (defaults filled in, so ``Softmax(x)`` and ``Softmax(x, axis=-1)``
+agree).  Exported graphs are full of these: every attention layer recomputing
+``Shape(x)[0]``, a mask broadcast once per layer, the same ``Transpose`` of a weight taken
+by two readers.  The later node is removed and its readers read the earlier node's outputs.
+
+Constants are deduplicated first, by value (dtype, shape and bytes), so that nodes reading
+two copies of the same weight or scalar compare equal too.  The inputs of the commutative
+binary ops (Add, Mul, And, Or, Xor, Equal and the bitwise ones) are compared as a set: IEEE
+addition and multiplication are commutative, so ``a + b`` and ``b + a`` are the same value.
+
+Never merged: ops that draw random numbers (each call is a new sample), and nodes with
+subgraphs unless the subgraphs are identical (same printed form, same constants).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable
+
+import numpy as np
+
+from ember.ir.graph import Graph, Node
+from ember.ir.printer import format_graph
+from ember.ops.registry import get_op
+from ember.passes.rewrite import remove_and_replace, rename_reads
+
+_COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Xor", "Equal", "BitwiseAnd",
+                          "BitwiseOr", "BitwiseXor"})
+_RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                     "Multinomial", "Bernoulli", "Dropout"})
+
+
+def eliminate_common_subexpressions(graph: Graph) -> int:
+    """Merge duplicate constants and nodes in place; returns how many were removed."""
+    removed = _merge_constants(graph)
+    seen: dict[Hashable, Node] = {}
+    for node in list(graph.nodes):
+        key = _node_key(node)
+        if key is None:
+            continue
+        original = seen.get(key)
+        if original is None:
+            seen[key] = node
+            continue
+        if _merge_into(graph, node, original):
+            removed += 1
+    return removed
+
+
+# ---------------------------------------------------------------------- constants
+
+
+def _merge_constants(graph: Graph) -> int:
+    """Make readers of equal constants read one of them; returns how many copies went.
+
+    Constants are bucketed by type and shape first, so only candidates are hashed (weights
+    are large and rarely equal)."""
+    buckets: dict[Hashable, list[str]] = {}
+    for name, array in graph.constants.items():
+        array = np.asarray(array)
+        buckets.setdefault((array.dtype.str, array.dtype.name, array.shape), []).append(name)
+    mapping: dict[str, str] = {}
+    for names in buckets.values():
+        if len(names) < 2:
+            continue
+        kept: dict[Hashable, list[str]] = {}  # fingerprint -> distinct constants with it
+        for name in names:
+            key = _fingerprint(graph.constants[name])
+            if key is None:
+                continue
+            same = next((other for other in kept.get(key, [])
+                         if _equal_bits(graph.constants[other], graph.constants[name])), None)
+            if same is None:
+                kept.setdefault(key, []).append(name)
+            elif name not in graph.outputs:
+                mapping[name] = same
+    rename_reads(graph, mapping)
+    for name in mapping:
+        del graph.constants[name]
+        graph.types.pop(name, None)
+    return len(mapping)
+
+
+def _fingerprint(array: np.ndarray) -> Hashable | None:
+    """A cheap key that equal arrays share (a sample of their bytes); None for arrays of
+    Python objects other than strings."""
+    array = np.asarray(array)
+    if array.dtype == object:
+        if not all(isinstance(v, str) for v in array.flat):
+            return None
+        return tuple(array.flat)
+    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    if data.size <= 1024:
+        return data.tobytes()
+    return data[::max(1, data.size // 512)].tobytes() + data[-64:].tobytes()
+
+
+def _equal_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit for bit the same values (NaN equals NaN, -0.0 differs from 0.0)."""
+    if a.dtype == object or b.dtype == object:
+        return a.dtype == b.dtype and a.shape == b.shape and \
+            all(x == y for x, y in zip(a.flat, b.flat))
+    return np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+def _array_key(array: np.ndarray) -> Hashable | None:
+    """Equal exactly when the arrays are bit for bit the same values of the same type (for
+    small arrays such as attribute tensors)."""
+    array = np.asarray(array)
+    fingerprint = _fingerprint(array)
+    if fingerprint is None:
+        return None
+    data = np.ascontiguousarray(array).tobytes() if array.dtype != object else fingerprint
+    return (array.dtype.str, array.dtype.name, array.shape, data)
+
+
+# ---------------------------------------------------------------------- nodes
+
+
+def _node_key(node: Node) -> Hashable | None:
+    if node.op in _RANDOM:
+        return None
+    opdef = get_op(node.op)
+    if opdef is None or "seed" in opdef.attrs:
+        return None
+    try:
+        attrs = opdef.resolve_attrs(node)
+    except Exception:  # noqa: BLE001 - a malformed node is the verifier's to report
+        return None
+    inputs: tuple[str, ...] = tuple(node.inputs)
+    if node.op in _COMMUTATIVE and len(inputs) == 2:
+        inputs = tuple(sorted(inputs))
+    attr_key = tuple(sorted((k, _attr_key(v)) for k, v in attrs.items()))
+    outputs = tuple(bool(o) for o in node.outputs)
+    return (node.op, node.domain, inputs, attr_key, len(node.outputs), outputs)
+
+
+def _attr_key(value: Any) -> Hashable:
+    if isinstance(value, Graph):
+        return ("graph", format_graph(value),
+                tuple((n, _array_key(a)) for n, a in value.constants.items()),
+                _nested_constants(value))
+    if isinstance(value, np.ndarray):
+        return ("array", _array_key(value))
+    if isinstance(value, (list, tuple)):
+        return ("list", tuple(_attr_key(v) for v in value))
+    if isinstance(value, float) and value != value:
+        return ("nan",)
+    return (type(value).__name__, value) if isinstance(value, Hashable) else ("repr", repr(value))
+
+
+def _nested_constants(graph: Graph) -> tuple:
+    """The constants of the subgraphs of ``graph``'s nodes, which its printed form omits when
+    they are large."""
+    keys = []
+    for node in graph.walk():
+        for sub in node.subgraphs():
+            keys.extend((n, _array_key(a)) for n, a in sub.constants.items())
+    return tuple(keys)
+
+
+def _merge_into(graph: Graph, duplicate: Node, original: Node) -> bool:
+    replacements = {dup: orig for dup, orig in zip(duplicate.outputs, original.outputs) if dup}
+    return remove_and_replace(graph, duplicate, replacements)
+
+
+__all__ = ["eliminate_common_subexpressions"]
