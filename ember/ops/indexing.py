@@ -157,6 +157,13 @@ def gather_elements(ctx, data, indices, *, axis):
     return data[_element_coords(ctx, data.shape, np.asarray(indices), axis)]
 
 
+def _check_tuple_length(ctx: Ctx, k: int) -> None:
+    """ONNX requires index tuples of at least one component (the last dim of indices)."""
+    if k < 1:
+        raise ctx.error("the last dim of indices (the length of each index tuple) is 0; "
+                        "GatherND needs at least one component per tuple")
+
+
 def _infer_gather_nd(ctx: InferContext) -> list[ValueType | None]:
     data, indices = tensor_input(ctx, 0), tensor_input(ctx, 1)
     batch = ctx.attrs["batch_dims"]
@@ -165,6 +172,7 @@ def _infer_gather_nd(ctx: InferContext) -> list[ValueType | None]:
     k = indices.shape[-1]
     if not isinstance(k, int):
         return [TensorType(data.dtype, None)]
+    _check_tuple_length(ctx, k)
     if batch + k > len(data.shape):
         raise ctx.error(f"batch_dims ({batch}) + index length ({k}) exceed the data rank "
                         f"({len(data.shape)})")
@@ -183,6 +191,7 @@ def gather_nd(ctx, data, indices, *, batch_dims):
     if data.shape[:b] != indices.shape[:b]:
         raise ctx.error(f"the first {b} (batch) dims of data {list(data.shape)} and indices "
                         f"{list(indices.shape)} differ")
+    _check_tuple_length(ctx, indices.shape[-1])
     batch = int(np.prod(data.shape[:b], dtype=np.int64))
     flat_data = data.reshape((batch,) + data.shape[b:])
     flat_indices = indices.reshape((batch, -1, indices.shape[-1]))

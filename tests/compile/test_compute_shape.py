@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from compute_cases import Case
+from compute_cases import Case, build_graph
 from test_compute_elementwise import RNG, check_cases, floats, integers
 from test_compute_elementwise import fixed_seed  # noqa: F401  (autouse: seeds these tests too)
+
+import ember
+from ember.core.errors import EmberError
 
 
 def ints(*values: int) -> np.ndarray:
@@ -96,6 +99,36 @@ def test_gathers_and_masks(dtype):
         Case("EyeLike", [x[0]], {"k": 10}),
     ]
     check_cases(cases)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_], ids=lambda d: np.dtype(d).name)
+def test_gather_nd(dtype):
+    """Index tuples address leading dims (after batch_dims); negative components count from
+    the end; a run-time index input is range-checked when its components share one dim size,
+    constant ones at compile time whatever the sizes."""
+    x = data_of(dtype, (3, 3, 4))
+    cases = [
+        Case("GatherND", [x, integers((2, 5, 2), np.int64, -3, 2)]),
+        Case("GatherND", [x, integers((4, 1), np.int32, -3, 2)]),
+        Case("GatherND", [x, integers((2, 3), np.int64, -3, 2)], constants={1}),
+        Case("GatherND", [data_of(dtype, (3, 5, 2)),
+                          np.array([[[0, 1], [-1, 4]], [[2, 2], [1, -5]]], np.int64)],
+             constants={1}),  # components of different sizes: checked at compile time
+        Case("GatherND", [x, integers((3, 2, 1), np.int64, -3, 2)], {"batch_dims": 1}),
+        Case("GatherND", [x, integers((3, 3, 1), np.int64, -4, 3)], {"batch_dims": 2}),
+    ]
+    check_cases(cases)
+
+
+def test_gather_nd_run_time_index_out_of_range():
+    """A run-time index outside its dim is the node's error, as in the reference."""
+    x = floats((3, 3))
+    graph, _ = build_graph([Case("GatherND", [x, np.zeros((2, 2), np.int64)])])
+    module = ember.compile(graph)
+    assert module.build.host_nodes == []
+    feeds = {"c0_in0": x, "c0_in1": np.array([[0, 1], [3, 0]], np.int64)}
+    with pytest.raises(EmberError, match="GatherND"):
+        module.run(feeds)
 
 
 def test_one_hot():

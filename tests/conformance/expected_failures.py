@@ -134,7 +134,6 @@ EXPECTED_COMPILED_ONLY_FAILURES: dict[str, str] = {
     "test_sequence_model4": SEQUENCE_VALUES,
     "test_sequence_model5": SEQUENCE_VALUES,
     "test_sequence_model6": SEQUENCE_VALUES,
-    "test_sequence_model7": SEQUENCE_VALUES,
     "test_sequence_model8": SEQUENCE_VALUES,
     "test_split_to_sequence_1": SEQUENCE_VALUES,
     "test_split_to_sequence_2": SEQUENCE_VALUES,

@@ -157,6 +157,15 @@ def test_gather_nd_with_batch_dims_matches_a_loop():
     np.testing.assert_array_equal(got, want)
 
 
+def test_gather_nd_index_tuples_need_a_component():
+    """ONNX allows tuples of 1 to rank components; empty ones are a malformed model, named at
+    inference and in the reference alike (numpy would fail on an ambiguous reshape)."""
+    with pytest.raises(ShapeError, match="at least one component"):
+        node_types("GatherND", {**X, "i": tensor(I64, 5, 0)})
+    with pytest.raises(ShapeError, match="at least one component"):
+        run_node("GatherND", np.ones((2, 3), np.float32), np.zeros((4, 0), np.int64))
+
+
 def test_one_hot_negative_and_out_of_range_indices():
     got = run_node("OneHot", np.array([[-1, 3, 7]]), np.array(4.0, np.float32),
                    np.array(["off", "on"], dtype=object), axis=0)

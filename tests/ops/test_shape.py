@@ -57,6 +57,63 @@ def test_reshape_through_folded_shape_computation():
     assert str(graph.types["y"]) == "f32[N, 512]"
 
 
+def _torchscript_style_reshape(x_type: TensorType) -> Graph:
+    """Reshape(x, Concat(Slice(Shape(x), 0, Reshape(Mod(2, 3), [1])), [-1])): the
+    TorchScript exporter computes nn.MultiheadAttention's targets with ops like Mod, Less or
+    CumSum that are not shape ops."""
+    graph = Graph(inputs=["x"], outputs=["y"], types={"x": x_type}, nodes=[
+        Node("Mod", ["two", "three"], ["m"], name="mod"),
+        Node("Reshape", ["m", "one"], ["end"], name="end"),
+        Node("Shape", ["x"], ["shape"], name="shape"),
+        Node("Slice", ["shape", "zero", "end"], ["lead"], name="slice"),
+        Node("Concat", ["lead", "minus_one"], ["target"], {"axis": 0}, name="concat"),
+        Node("Reshape", ["x", "target"], ["y"], name="reshape"),
+    ])
+    add_constants(graph, {"two": ints(2), "three": ints(3), "one": ints(1), "zero": ints(0),
+                          "minus_one": ints(-1)})
+    return infer_shapes(graph)
+
+
+def test_known_numbers_flow_through_any_op():
+    """Values that are plain numbers fold through every op (Mod here), so the target, and so
+    the Reshape, have static shapes; with symbols the shape ops still carry them."""
+    static = _torchscript_style_reshape(tensor(F32, 6, 4, 8))
+    assert str(static.types["end"]) == "i64[1]"
+    assert str(static.types["lead"]) == "i64[2]"
+    assert str(static.types["y"]) == "f32[6, 4, 8]"
+    symbolic = _torchscript_style_reshape(tensor(F32, "N", 4, 8))
+    assert str(symbolic.types["y"]) == "f32[N, 4, 8]"
+
+
+def test_constant_folding_leaves_only_the_reshape():
+    """With every type of the target computation known, one folding pass evaluates all of it
+    (Shape of a static tensor, Mod, Slice, Concat): the Reshape gets a constant target."""
+    from ember.passes.dce import eliminate_dead_code
+    from ember.passes.fold_constants import fold_constants
+
+    graph = _torchscript_style_reshape(tensor(F32, 6, 4, 8))
+    assert fold_constants(graph) == 5
+    eliminate_dead_code(graph)
+    assert [node.op for node in graph.nodes] == ["Reshape"]
+    assert graph.constants["target"].tolist() == [6, 4, -1]
+
+
+def test_symbols_do_not_go_through_ops_written_for_numbers():
+    """Mod(N, 2) of a symbolic N is not known (a reference written for numbers could take the
+    symbol for a value), but once N is bound it is."""
+    def mod_of_batch(x_type: TensorType) -> Graph:
+        graph = Graph(inputs=["x"], outputs=["y"], types={"x": x_type}, nodes=[
+            Node("Shape", ["x"], ["shape"], name="shape"),
+            Node("Mod", ["shape", "two"], ["m"], name="mod"),
+            Node("ConstantOfShape", ["m"], ["y"], name="fill"),
+        ])
+        add_constants(graph, {"two": ints(2)})
+        return infer_shapes(graph)
+
+    assert str(mod_of_batch(tensor(F32, "N", 3)).types["y"]) == "f32[?, ?]"
+    assert str(mod_of_batch(tensor(F32, 5, 3)).types["y"]) == "f32[1, 1]"
+
+
 def test_reshape_with_run_time_shape_and_unknown_rank():
     assert node_types("Reshape", {"x": tensor(F32, "N", 4), "s": tensor(I64, 3)}) == \
         ["f32[?, ?, ?]"]

@@ -25,6 +25,7 @@ from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dims import sym
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError, ModelLoadError, ShapeError, UnsupportedOpError
+from ember.frontend.onnx.sequences import split_sequences_to_tensors
 from ember.frontend.onnx.table import ember_op_name, upgrades_for
 from ember.frontend.onnx.validate import (canonical_domain, check_dims, check_opsets,
                                           check_text_fields, check_type_constraints,
@@ -126,6 +127,10 @@ def import_onnx(model: Any, *, infer_shapes: bool = True,
         from ember.passes.infer_shapes import infer_shapes as run_inference
 
         run_inference(graph)
+        # Needs the types, and gives the new nodes theirs: a split of a piece of another
+        # split is rewritten in the next round, once the piece has its type.
+        while split_sequences_to_tensors(graph):
+            run_inference(graph)
         type_problems = check_type_constraints(graph)
         if type_problems:
             raise ShapeError(f"{len(type_problems)} node(s) have operands of types their op "

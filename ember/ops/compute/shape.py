@@ -65,7 +65,7 @@ def flat_index(indices: Sequence[Expr], shape: Sequence[int]) -> Expr:
 
 def masked_load(tensor: Tensor, indices: Sequence[Expr], mask: Expr) -> Expr:
     """``tensor[indices]`` where ``mask`` holds; lanes where it does not are never read."""
-    return Load(tensor.buffer, flat_index(indices, tensor.shape), mask)
+    return tensor.masked(indices, mask)
 
 
 def clamp_index(index: Expr, extent: int) -> Expr:
@@ -393,6 +393,34 @@ def gather_elements(ctx, data, indices, *, axis):
         return data[i[:axis] + (position,) + i[axis + 1:]]
 
     return compute(out_shape(ctx), body, name="gather_elements")
+
+
+@compute_of("GatherND")
+def gather_nd(ctx, data, indices, *, batch_dims):
+    """out[t, rest] = data[batch(t), indices[t, 0], ..., indices[t, k-1], rest]: the leading
+    output axes walk the index tuples (the first ``batch_dims`` of them shared with data), the
+    others the slice each tuple addresses."""
+    require_storable(data)
+    require_dtypes([indices], lambda d: d.is_int)
+    b = batch_dims
+    require(indices.ndim >= 1 and 0 <= b < min(data.ndim, indices.ndim))
+    k = indices.shape[-1]
+    require(b + k <= data.ndim and data.shape[:b] == indices.shape[:b])
+    addressed = data.shape[b:b + k]
+    if ctx.value(1) is None and addressed:  # constant tuples were checked by shape inference
+        # The entry point checks one range per input: exact only when every component
+        # addresses a dim of the same size (else the reference reports a bad index).
+        require(len(set(addressed)) == 1)
+        ctx.require_in_range(1, -addressed[0], addressed[0])
+    lead = indices.ndim - 1
+
+    def body(*i: Expr) -> Expr:
+        components = [clamp_index(wrap_negative(as_index(indices[i[:lead] + (idx(j),)]), dim),
+                                  dim)
+                      for j, dim in enumerate(addressed)]
+        return data[i[:b] + tuple(components) + i[lead:]]
+
+    return compute(out_shape(ctx), body, name="gather_nd")
 
 
 # ----------------------------------------------------------------------------- masks

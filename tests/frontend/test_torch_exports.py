@@ -1,0 +1,317 @@
+"""Models exported by both PyTorch ONNX exporters compile to native code with no fallback.
+
+Users bring ONNX files from either exporter, and the two write different graphs for the same
+module: the TorchScript exporter (``dynamo=False``) computes Reshape/Expand targets at run time
+from Shape -> Gather -> Unsqueeze -> Concat chains (with Mod, Cast, Where, ConstantOfShape,
+Range ...) and writes Gemm for every nn.Linear; the dynamo exporter (``dynamo=True``, through
+onnxscript) writes MatMul + Add and its own attention and mask idioms.  For every model here,
+built in plain torch or from a transformers config with small sizes and random weights,
+exported with a dynamic batch (and sequence) axis, ``ember.compile`` must give a library whose
+every node is a compiled kernel (``module.build.host_nodes`` empty) and whose outputs match
+torch eager at two batch sizes.
+
+What the exporters themselves do (torch 2.13, transformers 5):
+
+* The TorchScript exporter keeps the batch axis dynamic everywhere, but bakes the sequence
+  length that ``nn.MultiheadAttention`` (and so ``nn.TransformerEncoderLayer``) computes in
+  Python into constant Reshape targets, and a causal mask built from ``x.shape`` into a
+  constant: those models run at any batch size but only at the exported sequence length.
+  ember then refuses another length with a ShapeError naming the Reshape.
+* The TorchScript exporter cannot export transformers' GPT-2 without an ``attention_mask``
+  (``aten::diff`` in the packed-sequence detection); with one it can, so the GPT-2 case passes
+  a mask to both exporters.
+* The dynamo exporter keeps both axes dynamic for every model here.
+
+Nothing is cached inside the repository: models are exported to memory, and compiled
+libraries go to ember's compile cache.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ember
+
+EXPORT_SIZES = (2, 8)  # (batch, sequence) the models are traced with
+RTOL, ATOL = 1e-4, 1e-5
+HIDDEN, HEADS, VOCAB, MAX_POSITIONS = 32, 2, 100, 32
+
+Inputs = tuple[torch.Tensor, ...]
+
+
+# ----------------------------------------------------------------------------- plain torch
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(HIDDEN, 64)
+        self.out = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.out(F.gelu(self.hidden(x))), dim=-1)
+
+
+class SmallCNN(nn.Module):
+    """Conv/BN/ReLU, pooling, a residual block, a depthwise conv, a transposed conv,
+    nearest and bilinear upsampling, adaptive pooling, Flatten and Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.residual = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8))
+        self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+        self.upsample = nn.Upsample(scale_factor=2, mode="nearest")
+        self.head = nn.Linear(4 * 4 * 4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.max_pool2d(self.stem(x), 2)
+        y = F.relu(y + self.residual(y))
+        y = F.avg_pool2d(self.up(F.relu(self.depthwise(y))), 2)
+        y = self.upsample(y) + F.interpolate(y, scale_factor=2, mode="bilinear",
+                                             align_corners=False)
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(y, 4), 1))
+
+
+class AttentionBlock(nn.Module):
+    """nn.MultiheadAttention without masks, and with a key padding mask and a causal mask
+    together, each followed by a residual LayerNorm and a feed-forward layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(HIDDEN, HEADS, batch_first=True)
+        self.norm = nn.LayerNorm(HIDDEN)
+        self.feed_forward = nn.Linear(HIDDEN, HIDDEN)
+
+    def _block(self, x: torch.Tensor, **masks: torch.Tensor) -> torch.Tensor:
+        attended, _ = self.attention(x, x, x, need_weights=False, **masks)
+        y = self.norm(x + attended)
+        return y + F.relu(self.feed_forward(y))
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> Inputs:
+        length = x.shape[1]
+        causal = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
+        return self._block(x), self._block(x, key_padding_mask=padding, attn_mask=causal)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(HIDDEN, HEADS, 64, dropout=0.0,
+                                                batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+
+# ----------------------------------------------------------------------------- transformers
+
+
+class LastHiddenState(nn.Module):
+    """A transformers model called with input ids and an attention mask."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def bert() -> nn.Module:
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=1,
+                        num_attention_heads=HEADS, intermediate_size=64,
+                        max_position_embeddings=MAX_POSITIONS, attn_implementation="eager")
+    return LastHiddenState(BertModel(config))
+
+
+def gpt2() -> nn.Module:
+    from transformers import GPT2Config, GPT2Model
+
+    config = GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=1, n_head=HEADS,
+                        n_positions=MAX_POSITIONS, attn_implementation="eager",
+                        use_cache=False, bos_token_id=0, eos_token_id=0)
+    return LastHiddenState(GPT2Model(config))
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def features(rng: torch.Generator, batch: int, _: int) -> Inputs:
+    return (torch.randn(batch, HIDDEN, generator=rng),)
+
+
+def images(rng: torch.Generator, batch: int, _: int) -> Inputs:
+    return (torch.randn(batch, 3, 16, 16, generator=rng),)
+
+
+def sequence(rng: torch.Generator, batch: int, length: int) -> Inputs:
+    return (torch.randn(batch, length, HIDDEN, generator=rng),)
+
+
+def padded_lengths(batch: int, length: int) -> torch.Tensor:
+    """True where a position is padding: rows end 0, 1 or 2 positions early."""
+    valid = length - torch.arange(batch) % 3
+    return torch.arange(length)[None, :] >= valid[:, None]
+
+
+def sequence_and_padding(rng: torch.Generator, batch: int, length: int) -> Inputs:
+    return sequence(rng, batch, length) + (padded_lengths(batch, length),)
+
+
+def tokens_and_mask(rng: torch.Generator, batch: int, length: int) -> Inputs:
+    ids = torch.randint(0, VOCAB, (batch, length), generator=rng)
+    return ids, (~padded_lengths(batch, length)).long()
+
+
+# ----------------------------------------------------------------------------- cases
+
+BATCH, BATCH_AND_SEQUENCE = {0: "batch"}, {0: "batch", 1: "sequence"}
+
+
+@dataclass(frozen=True)
+class ExportCase:
+    name: str
+    build: Callable[[], nn.Module]
+    inputs: Callable[[torch.Generator, int, int], Inputs]
+    dynamic_axes: dict[str, dict[int, str]]  # per input: axis -> name
+    outputs: int = 1
+    needs: str | None = None  # a module the case imports (skipped without it)
+    # Exporters whose graph keeps the sequence axis dynamic (see the module docstring).
+    sequence_dynamic: frozenset[str] = field(default=frozenset({"dynamo"}))
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.dynamic_axes)
+
+
+BOTH = frozenset({"torchscript", "dynamo"})
+CASES = [
+    ExportCase("mlp", MLP, features, {"x": BATCH}),
+    ExportCase("cnn", SmallCNN, images, {"x": BATCH}),
+    ExportCase("attention", AttentionBlock, sequence_and_padding,
+               {"x": BATCH_AND_SEQUENCE, "padding": BATCH_AND_SEQUENCE}, outputs=2),
+    ExportCase("encoder_layer", EncoderLayer, sequence, {"x": BATCH_AND_SEQUENCE}),
+    ExportCase("bert", bert, tokens_and_mask,
+               {"ids": BATCH_AND_SEQUENCE, "mask": BATCH_AND_SEQUENCE},
+               needs="transformers", sequence_dynamic=BOTH),
+    ExportCase("gpt2", gpt2, tokens_and_mask,
+               {"ids": BATCH_AND_SEQUENCE, "mask": BATCH_AND_SEQUENCE},
+               needs="transformers", sequence_dynamic=BOTH),
+]
+
+
+def export(model: nn.Module, case: ExportCase, args: Inputs, exporter: str) -> onnx.ModelProto:
+    """The model as the exporter writes it, with the case's dynamic axes declared."""
+    outputs = [f"y{i}" for i in range(case.outputs)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            dims = {"batch": torch.export.Dim("batch", min=1, max=64),
+                    "sequence": torch.export.Dim("sequence", min=2, max=MAX_POSITIONS)}
+            shapes = {name: {axis: dims[dim] for axis, dim in axes.items()}
+                      for name, axes in case.dynamic_axes.items()}
+            program = torch.onnx.export(model, args, None, input_names=case.input_names,
+                                        output_names=outputs, dynamic_shapes=shapes,
+                                        dynamo=True, verbose=False)
+            return program.model_proto
+        buffer = io.BytesIO()
+        torch.onnx.export(model, args, buffer, input_names=case.input_names,
+                          output_names=outputs, dynamic_axes=dict(case.dynamic_axes),
+                          dynamo=False)
+        return onnx.load_from_string(buffer.getvalue())
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_exported_model_compiles_without_fallback(case: ExportCase, exporter: str) -> None:
+    if case.needs:
+        pytest.importorskip(case.needs)
+    if exporter == "dynamo":
+        pytest.importorskip("onnxscript")
+    torch.manual_seed(0)
+    model = case.build().eval()
+    rng = torch.Generator().manual_seed(0)
+    proto = export(model, case, case.inputs(rng, *EXPORT_SIZES), exporter)
+    module = ember.compile(proto)
+    # Another batch size, and another sequence length where the exported graph allows it.
+    other_length = 12 if exporter in case.sequence_dynamic else EXPORT_SIZES[1]
+    sizes = [EXPORT_SIZES, (3, other_length)]
+    for batch, length in sizes:
+        inputs = case.inputs(rng, batch, length)
+        with torch.no_grad():
+            expected = model(*inputs)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        got = module(*[tensor.numpy() for tensor in inputs])
+        got = got if isinstance(got, tuple) else (got,)
+        where = f"{case.name} via {exporter} at batch {batch}, sequence {length}"
+        assert module.build.host_nodes == [], f"{where}: {module.report()}"
+        assert len(got) == len(expected), where
+        for index, (actual, want) in enumerate(zip(got, expected)):
+            np.testing.assert_allclose(actual, want.numpy(), rtol=RTOL, atol=ATOL,
+                                       err_msg=f"{where}, output {index}")
+
+
+class SplitProjection(nn.Module):
+    """torch.split and torch.chunk of a projection, as attention layers split q, k and v."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.project = nn.Linear(HIDDEN, 3 * HIDDEN)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.project(x).split(HIDDEN, dim=-1)
+        first, second = v.chunk(2, dim=-1)
+        return torch.cat([q * k, second, first], dim=-1)
+
+
+def test_unoptimized_dynamo_export_compiles_without_fallback() -> None:
+    """Without its optimizer the dynamo exporter writes torch.split as SplitToSequence read
+    back by SequenceAt; the importer turns that into Split, so the model still compiles."""
+    pytest.importorskip("onnxscript")
+    torch.manual_seed(0)
+    model = SplitProjection().eval()
+    rng = torch.Generator().manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(model, sequence(rng, *EXPORT_SIZES), None,
+                                    input_names=["x"], dynamo=True, optimize=False,
+                                    dynamic_shapes={"x": {0: torch.export.Dim("batch")}},
+                                    verbose=False)
+    assert "SplitToSequence" in {node.op_type for node in program.model_proto.graph.node}
+    module = ember.compile(program.model_proto)
+    for batch in (2, 3):
+        (x,) = sequence(rng, batch, EXPORT_SIZES[1])
+        with torch.no_grad():
+            expected = model(x).numpy()
+        np.testing.assert_allclose(module(x.numpy()), expected, rtol=RTOL, atol=ATOL)
+        assert module.build.host_nodes == [], module.report()
+
+
+def test_sequence_length_baked_by_the_torchscript_exporter_is_named() -> None:
+    """The TorchScript exporter writes nn.MultiheadAttention's sequence length into constant
+    Reshape targets although the axis was declared dynamic: another length is refused with an
+    error naming the Reshape, not a crash or a wrong result."""
+    from ember.core.errors import ShapeError
+
+    case = next(case for case in CASES if case.name == "encoder_layer")
+    torch.manual_seed(0)
+    model = case.build().eval()
+    rng = torch.Generator().manual_seed(0)
+    module = ember.compile(export(model, case, case.inputs(rng, *EXPORT_SIZES), "torchscript"))
+    (x,) = case.inputs(rng, EXPORT_SIZES[0], EXPORT_SIZES[1] + 4)
+    with pytest.raises(ShapeError, match="Reshape"):
+        module(x.numpy())
