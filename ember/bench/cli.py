@@ -1,0 +1,291 @@
+"""``ember bench``: ember against PyTorch eager, torch.compile, ONNX Runtime and OpenVINO.
+
+    ember bench --quick                                  # tiny models, a couple of minutes
+    ember bench --models resnet18 bert_base --batch 1 --json out.json --png out.png
+    ember bench --batch 1 --exporter both --peers ember onnxruntime openvino
+
+ember/cli.py declares the subcommand through :func:`add_bench_parser`; this module imports
+nothing heavy at import time (torch, the runtimes and matplotlib load when the bench runs),
+so ``ember --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ember.bench.export import EXPORTERS, ExportRecord, export_model
+from ember.bench.peers import PEERS, Peer
+from ember.bench.runner import CaseResult, Log, Settings, run_case
+from ember.bench.zoo import ZOO, ZooEntry
+
+DEFAULT_THREADS = 2
+DEFAULT_ROUNDS, QUICK_ROUNDS = 10, 5
+DEFAULT_WARMUP, QUICK_WARMUP = 2, 1
+QUICK_MODELS = ("mlp", "resnet18", "bert_base")
+
+
+def add_bench_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "bench", help="benchmark ember against PyTorch, torch.compile, ONNX Runtime, OpenVINO",
+        description="Build the zoo models, export each with the TorchScript and the dynamo "
+                    "ONNX exporter (cached), run every contender on the same inputs, check "
+                    "its outputs against PyTorch eager and time all of them interleaved. "
+                    "Compare ratios within one run, not milliseconds across runs "
+                    "(see benchmarks/README.md).")
+    parser.add_argument("--models", nargs="+", choices=list(ZOO), metavar="MODEL",
+                        help=f"zoo models (default: all; with --quick: "
+                             f"{' '.join(QUICK_MODELS)}); choices: {', '.join(ZOO)}")
+    parser.add_argument("--batch", nargs="+", type=_positive, default=None, metavar="N",
+                        help="batch sizes (default: 1 16; with --quick: 1)")
+    parser.add_argument("--exporter", choices=(*EXPORTERS, "both"), default="both",
+                        help="which PyTorch ONNX exporter's files the ONNX peers run "
+                             "(default: both)")
+    parser.add_argument("--peers", nargs="+", choices=list(PEERS), metavar="PEER",
+                        help=f"contenders (default: all installed); choices: "
+                             f"{', '.join(PEERS)}")
+    parser.add_argument("--threads", type=_positive, default=DEFAULT_THREADS,
+                        help="intra-op threads of every contender (default: %(default)s)")
+    parser.add_argument("--rounds", type=_positive, default=None,
+                        help=f"timed interleaved rounds per case (default: {DEFAULT_ROUNDS}; "
+                             f"--quick: {QUICK_ROUNDS})")
+    parser.add_argument("--warmup", type=_non_negative, default=None,
+                        help=f"untimed calls per contender first (default: {DEFAULT_WARMUP}; "
+                             f"--quick: {QUICK_WARMUP})")
+    parser.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
+                        help="most time one contender spends in timed samples per case; a "
+                             "slower one keeps at least 3 samples (default: %(default)s)")
+    parser.add_argument("--rtol", type=float, default=1e-4,
+                        help="relative tolerance of the output check (default: %(default)g)")
+    parser.add_argument("--atol", type=float, default=1e-5,
+                        help="absolute tolerance of the output check (default: %(default)g)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny model sizes (same structure), fewer rounds, batch 1, a few "
+                             "models: a couple of minutes")
+    parser.add_argument("--json", type=Path, metavar="OUT",
+                        help="write every sample, the versions and the machine to OUT")
+    parser.add_argument("--png", type=Path, metavar="OUT",
+                        help="draw a bar chart of the medians to OUT (needs matplotlib)")
+    parser.add_argument("--cold-compile", action="store_true",
+                        help="compile ember and torch.compile without their caches, so the "
+                             "compile times are first compiles even on a rerun")
+    parser.add_argument("--omp-spin", action="store_true",
+                        help="keep OpenMP's default active waiting for torch and ember "
+                             "(default: OMP_WAIT_POLICY=PASSIVE, see benchmarks/README.md)")
+    parser.add_argument("--export-only", action="store_true",
+                        help="only build and export the models; print which exporter worked")
+    parser.add_argument("--refresh-exports", action="store_true",
+                        help="export again even when the zoo cache has the file (or failure)")
+    parser.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
+                        help="where exported models are cached (default: $EMBER_CACHE_DIR/zoo "
+                             "or ~/.cache/ember/zoo)")
+    parser.set_defaults(handler=run_bench_command)
+
+
+def _positive(text: str) -> int:
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_bench_command(args: argparse.Namespace, console: Console) -> int:
+    """The handler ember/cli.py dispatches ``ember bench`` to."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # zoo weights are local: never ask the hub
+    if not args.omp_spin:
+        _passive_openmp()
+    log_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+
+    def log(message: str) -> None:
+        log_console.print(message)
+
+    settings = Settings(
+        threads=args.threads,
+        rounds=args.rounds or (QUICK_ROUNDS if args.quick else DEFAULT_ROUNDS),
+        warmup=args.warmup if args.warmup is not None else (
+            QUICK_WARMUP if args.quick else DEFAULT_WARMUP),
+        size="tiny" if args.quick else "full", rtol=args.rtol, atol=args.atol,
+        budget_seconds=args.budget if args.budget > 0 else None, cache_dir=args.cache_dir,
+        refresh_exports=args.refresh_exports, cold_compile=args.cold_compile,
+        traceback=getattr(args, "traceback", False))
+    exporters = list(EXPORTERS) if args.exporter == "both" else [args.exporter]
+    batches = args.batch or ([1] if args.quick else [1, 16])
+    names = args.models or (list(QUICK_MODELS) if args.quick else list(ZOO))
+
+    entries, skipped_models = _usable_models(names)
+    for name, reason in skipped_models.items():
+        console.print(Text(f"skipping model {name}: {reason}", style="yellow"))
+    if args.export_only:
+        records = export_zoo(entries, batches, exporters, settings, log)
+        _wide(console).print(render_zoo_table(records))
+        return 0
+
+    peers, skipped_peers = select_peers(args.peers)
+    for name, reason in skipped_peers.items():
+        console.print(Text(f"skipping peer {name}: {reason}", style="yellow"))
+    if not peers:
+        console.print(Text("no peer is available: nothing to measure", style="red"))
+        return 2
+
+    with _thread_limits(settings.threads):
+        results = run_bench(entries, batches, exporters, peers, settings, log)
+    _report(results, peers, exporters, settings, skipped_peers, skipped_models, args,
+            _wide(console))
+    return 0
+
+
+def _wide(console: Console) -> Console:
+    """A console wide enough for the table when the output is a file or a pipe (rich would
+    wrap it at 80 columns and cut every cell)."""
+    if console.is_terminal:
+        return console
+    return Console(width=240, markup=False, highlight=False, soft_wrap=True)
+
+
+def _passive_openmp() -> None:
+    """Make the OpenMP workers of torch and ember sleep instead of spinning when idle.
+
+    libgomp's default active waiting falls apart when another process takes one of the two
+    cores: a barrier then waits a whole scheduler time slice, and measured torch eager on a
+    tiny ResNet went from 6 ms (1 thread) to 950 ms (2 threads) on this shared machine, while
+    ONNX Runtime and OpenVINO (own thread pools) barely moved.  libgomp reads the variable
+    when it loads, i.e. when torch is imported or ember's first library is loaded, which
+    happens after this (an explicit OMP_WAIT_POLICY in the environment wins).
+    """
+    if "torch" in sys.modules:
+        return  # too late for torch's libgomp; leave the environment as the user set it
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def _usable_models(names: Sequence[str]) -> tuple[list[ZooEntry], dict[str, str]]:
+    entries, skipped = [], {}
+    for name in dict.fromkeys(names):  # keep the order, drop repeats
+        entry = ZOO[name]
+        missing = entry.missing()
+        if missing:
+            skipped[name] = (f"needs {', '.join(missing)} (pip install -e '.[bench]')")
+        else:
+            entries.append(entry)
+    return entries, skipped
+
+
+def select_peers(names: Sequence[str] | None) -> tuple[list[Peer], dict[str, str]]:
+    """The requested peers (default: all) that can run here, and why the others cannot."""
+    peers, skipped = [], {}
+    for name in dict.fromkeys(names or PEERS):
+        peer = PEERS[name]()
+        reason = peer.unavailable_reason()
+        if reason:
+            skipped[name] = reason
+        else:
+            peers.append(peer)
+    return peers, skipped
+
+
+def run_bench(entries: Sequence[ZooEntry], batches: Sequence[int], exporters: Sequence[str],
+              peers: Sequence[Peer], settings: Settings,
+              log: Log = lambda message: None) -> list[CaseResult]:
+    """Every (model, batch) case in turn; the library entry point behind the command."""
+    results = []
+    for entry in entries:
+        for batch in batches:
+            log(f"{entry.name} batch {batch} ({settings.size}):")
+            results.append(run_case(entry, batch, exporters, peers, settings, log))
+    return results
+
+
+@contextlib.contextmanager
+def _thread_limits(threads: int) -> Iterator[None]:
+    """Hold numpy's BLAS (used by ember's fallback nodes) to the same thread budget as the
+    contenders, when threadpoolctl is installed (it comes with the bench extra)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+        return
+    with threadpool_limits(limits=threads):
+        yield
+
+
+def _report(results: list[CaseResult], peers: list[Peer], exporters: list[str],
+            settings: Settings, skipped_peers: dict[str, str], skipped_models: dict[str, str],
+            args: argparse.Namespace, console: Console) -> None:
+    from ember.bench.report import (print_problems, render_table, results_json, write_json,
+                                    write_png)
+
+    console.print(render_table(results, peers, settings, exporters))
+    print_problems(results, console)
+    if args.json is not None:
+        payload = results_json(results, peers, settings, skipped_peers, skipped_models,
+                               sys.argv)
+        write_json(payload, args.json)
+        console.print(f"wrote {args.json}")
+    if args.png is not None:
+        write_png(results, peers, exporters, settings, args.png)
+        console.print(f"wrote {args.png}")
+
+
+# --------------------------------------------------------------------------- --export-only
+
+
+def export_zoo(entries: Sequence[ZooEntry], batches: Sequence[int], exporters: Sequence[str],
+               settings: Settings, log: Log = lambda message: None) -> list[ExportRecord]:
+    """Build and export every (model, batch, exporter): the zoo's own report."""
+    records = []
+    for entry in entries:
+        for batch in batches:
+            try:
+                built = entry.build(batch, settings.size)
+            except Exception as error:  # report the model and go on
+                for exporter in exporters:
+                    records.append(ExportRecord(entry.name, settings.size, batch, exporter,
+                                                error=f"building the model failed: "
+                                                      f"{type(error).__name__}: {error}"))
+                continue
+            for exporter in exporters:
+                log(f"exporting {entry.name} b{batch} with {exporter} ...")
+                records.append(export_model(entry, built, settings.size, batch, exporter,
+                                            settings.cache_dir, settings.refresh_exports))
+    return records
+
+
+def render_zoo_table(records: Sequence[ExportRecord]) -> Table:
+    table = Table(title="zoo exports", title_justify="left")
+    for column in ("model", "size", "batch", "exporter", "result", "opset", "nodes",
+                   "export s"):
+        table.add_column(column, overflow="fold")
+    for record in records:
+        if record.ok:
+            result = Text("ok" + (" (cached)" if record.cached else ""), style="green")
+        else:
+            first = (record.error or "").strip().splitlines()[:1]
+            result = Text("failed: " + (first[0] if first else "?"), style="red")
+        table.add_row(record.model, record.size, str(record.batch), record.exporter, result,
+                      str(record.opset or "—"), str(record.nodes or "—"),
+                      f"{record.seconds:.1f}")
+    return table

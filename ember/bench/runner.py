@@ -1,0 +1,214 @@
+"""One benchmark case: a zoo model at one batch, against every peer, with every exporter.
+
+For a (model, batch) the runner builds the seeded torch model, takes PyTorch eager's outputs
+as the reference, exports the model with each requested exporter (cached), prepares every
+contender -- torch peers once, ONNX peers once per exported file -- checks each one's outputs
+against the reference, and then times them all in ONE interleaved measurement, so that the
+torch columns and both exporters' columns of a model share the same rounds of the same run.
+
+Nothing a contender does stops the run: an export, compile or run failure, or a wrong result,
+is recorded with its error and the case goes on with the others.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ember.bench.export import ExportRecord, export_model
+from ember.bench.peers import Peer, Prepared, Workload
+from ember.bench.timing import Agreement, Series, compare_outputs, measure_interleaved
+from ember.bench.zoo import BuiltModel, ZooEntry
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    threads: int = 2
+    rounds: int = 10
+    warmup: int = 2
+    size: str = "full"
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    # Most time one contender may spend in timed samples per case (it keeps MIN_ROUNDS).
+    budget_seconds: float | None = 60.0
+    cache_dir: Path | None = None
+    refresh_exports: bool = False
+    cold_compile: bool = False  # see peers.Workload.cold_compile
+    traceback: bool = False  # keep full tracebacks of failures in the results
+
+
+@dataclass
+class ContenderResult:
+    """One contender in one case: ``peer`` run on ``exporter``'s file (None: torch peers)."""
+
+    peer: str
+    exporter: str | None
+    setup_seconds: float | None = None  # prepare + first call: compile time for compilers
+    error: str | None = None
+    error_stage: str | None = None  # "prepare" or "run"
+    agreement: Agreement | None = None
+    series: Series | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return contender_key(self.peer, self.exporter)
+
+    @property
+    def median_ms(self) -> float | None:
+        if self.series is None or not self.series.samples_ms:
+            return None
+        return self.series.median
+
+
+@dataclass
+class CaseResult:
+    """Everything measured for one (model, batch)."""
+
+    model: str
+    description: str
+    batch: int
+    size: str
+    shape: str = ""
+    exports: dict[str, ExportRecord] = field(default_factory=dict)
+    contenders: dict[str, ContenderResult] = field(default_factory=dict)
+    orders: list[list[str]] = field(default_factory=list)
+    error: str | None = None  # the model itself could not be built or run in torch
+
+    def row(self, exporter: str) -> dict[str, ContenderResult]:
+        """The contenders of the table row for ``exporter``: its ONNX peers and the torch
+        peers (which do not depend on the exporter), by peer name."""
+        return {c.peer: c for c in self.contenders.values()
+                if c.exporter in (None, exporter)}
+
+    def ember_over_best(self, exporter: str) -> float | None:
+        """ember's median over the fastest other contender's median in the same row:
+        above 1, ember is that many times slower than the best peer."""
+        row = self.row(exporter)
+        ember = row.get("ember")
+        others = [c.median_ms for name, c in row.items() if name != "ember"
+                  and c.median_ms is not None]
+        if ember is None or ember.median_ms is None or not others:
+            return None
+        return ember.median_ms / min(others)
+
+
+def contender_key(peer: str, exporter: str | None) -> str:
+    return peer if exporter is None else f"{peer}/{exporter}"
+
+
+def run_case(entry: ZooEntry, batch: int, exporters: Sequence[str], peers: Sequence[Peer],
+             settings: Settings, log: Log = lambda message: None) -> CaseResult:
+    """Benchmark one zoo model at one batch size; never raises for a contender's failure."""
+    result = CaseResult(entry.name, entry.description, batch, settings.size)
+    try:
+        built = entry.build(batch, settings.size)
+        reference = _reference_outputs(built)
+    except Exception as error:  # the model itself is broken here: report, next case
+        result.error = _describe_error(error, settings.traceback)
+        log(f"  {entry.name}: building or running the torch model failed: {result.error}")
+        return result
+    result.shape = built.shape
+
+    workloads: list[Workload] = []
+    for exporter in exporters:
+        record = export_model(entry, built, settings.size, batch, exporter,
+                              settings.cache_dir, settings.refresh_exports)
+        result.exports[exporter] = record
+        how = "cached" if record.cached else f"{record.seconds:.1f} s"
+        log(f"  export {exporter}: " + (f"ok ({how})" if record.ok else
+                                        f"FAILED ({how}): {_first_line(record.error)}"))
+        if record.ok:
+            workloads.append(Workload(entry.name, built, settings.threads, record.path,
+                                      exporter, settings.cold_compile))
+    torch_workload = Workload(entry.name, built, settings.threads,
+                              cold_compile=settings.cold_compile)
+
+    ready: dict[str, Prepared] = {}
+    for peer in peers:
+        for workload in (workloads if peer.source == "onnx" else [torch_workload]):
+            contender = ContenderResult(peer.name, workload.exporter)
+            result.contenders[contender.key] = contender
+            prepared = _prepare(peer, workload, built, reference, contender, settings, log)
+            if prepared is not None:
+                ready[contender.key] = prepared
+
+    if ready:
+        log(f"  timing {len(ready)} contender(s): {settings.warmup} warm-up + up to "
+            f"{settings.rounds} interleaved rounds ...")
+        measurement = measure_interleaved(
+            {key: _bound(prepared, built) for key, prepared in ready.items()},
+            settings.rounds, settings.warmup, budget_seconds=settings.budget_seconds)
+        for key, series in measurement.series.items():
+            result.contenders[key].series = series
+        result.orders = measurement.orders
+    del ready
+    _release_memory(peers)
+    return result
+
+
+def _reference_outputs(built: BuiltModel) -> list:
+    """PyTorch eager's outputs: the oracle every contender is checked against."""
+    import torch
+
+    with torch.inference_mode():
+        output = built.module(*(torch.from_numpy(a) for a in built.inputs.values()))
+    outputs = output if isinstance(output, (tuple, list)) else (output,)
+    return [o.detach().numpy().copy() for o in outputs]
+
+
+def _prepare(peer: Peer, workload: Workload, built: BuiltModel, reference: list,
+             contender: ContenderResult, settings: Settings, log: Log) -> Prepared | None:
+    """Prepare a contender and check its first outputs; None when it failed."""
+    label = contender.key
+    log(f"  preparing {label} ...")
+    stage = "prepare"
+    start = time.perf_counter()
+    try:
+        prepared = peer.prepare(workload)
+        contender.details = prepared.details
+        stage = "run"
+        outputs = prepared(built.inputs)
+        contender.setup_seconds = time.perf_counter() - start
+    except Exception as error:  # one contender's failure must not stop the others
+        contender.setup_seconds = time.perf_counter() - start
+        contender.error = _describe_error(error, settings.traceback)
+        contender.error_stage = stage
+        log(f"  {label}: {stage} FAILED: {_first_line(contender.error)}")
+        return None
+    contender.agreement = compare_outputs(reference, outputs, settings.rtol, settings.atol)
+    if not contender.agreement.ok:
+        log(f"  {label}: outputs disagree with torch eager: {contender.agreement.message}")
+    return prepared
+
+
+def _bound(prepared: Prepared, built: BuiltModel) -> Callable[[], Any]:
+    inputs = built.inputs
+    return lambda: prepared(inputs)
+
+
+def _release_memory(peers: Sequence[Peer]) -> None:
+    """Free the compiled models of a case before the next one (GPT-2's weights exist once
+    per contender)."""
+    if any(peer.name == "torch_compile" for peer in peers):
+        import torch
+
+        torch._dynamo.reset()
+    gc.collect()
+
+
+def _describe_error(error: BaseException, full: bool) -> str:
+    if full:
+        return "".join(traceback.format_exception(error)).rstrip()
+    return f"{type(error).__name__}: {error}".strip()
+
+
+def _first_line(text: str | None, limit: int = 200) -> str:
+    line = (text or "").strip().splitlines()[0] if text and text.strip() else ""
+    return line if len(line) <= limit else line[:limit] + " ..."
