@@ -2,6 +2,7 @@
 
     ember inspect MODEL.onnx [--ir | --no-ir] [--json OUT] [--dim N=8]
     ember run MODEL.onnx [--input NAME=FILE.npy ...] [--dim N=1] [--seed S] [--output-dir DIR]
+    ember bench [--models ...] [--batch 1 16] [--exporter both] [--peers ...] [--quick]
 
 MODEL may also be an ember graph JSON file (``--json`` output of ``inspect``).  Each subcommand
 is one ``_add_<name>`` function that declares its arguments and one ``_<name>`` function that
@@ -84,7 +85,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--traceback", action="store_true",
                         help="show the Python traceback of internal errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (_add_inspect, _add_run, _add_compile):
+    for add_command in (_add_inspect, _add_run, _add_compile, _add_bench):
         add_command(commands)
     return parser
 
@@ -555,6 +556,16 @@ def _concrete_required(dim: Dim, bindings: Mapping[str, int], input_name: str) -
     if symbol not in bindings:
         raise KeyError(symbol)
     return bindings[symbol]
+
+
+# ---------------------------------------------------------------------- bench
+
+
+def _add_bench(commands: argparse._SubParsersAction) -> None:
+    """``ember bench``: declared and run by ember.bench.cli (the benchmark layer)."""
+    from ember.bench.cli import add_bench_parser
+
+    add_bench_parser(commands)
 
 
 if __name__ == "__main__":

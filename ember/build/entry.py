@@ -1,11 +1,12 @@
-"""The C entry point of a compiled model: ``ember_run`` calls every node in order.
+"""The C entry point of a compiled model: ``ember_run`` runs every step in order.
 
-Storage of each value is fixed at compile time: graph inputs and outputs are the caller's
-pointers, constants live at offsets in the weights blob, intermediates at offsets in the
-workspace arena.  Host nodes (numpy fallbacks) are called through the ``host`` callback with an
-array of buffer pointers: their inputs, then their outputs.
+A step is a kernel -- one fused group of nodes -- or a host call of one node's numpy reference
+(a fallback).  Storage of each value is fixed at compile time: graph inputs and outputs are
+the caller's pointers, constants live at offsets in the weights blob, intermediates (and each
+kernel's scratch) at offsets in the workspace arena.  Host calls go through the ``host``
+callback with an array of buffer pointers: their inputs, then their outputs.
 
-``ember_run`` returns 0 on success; otherwise :func:`status_code` of the failing node and the
+``ember_run`` returns 0 on success; otherwise :func:`status_code` of the failing step and the
 reason (:data:`STATUS_HOST_FAILED`, :data:`STATUS_INDEX_OUT_OF_RANGE`), which the runtime turns
 into an error naming the node.  Kernels whose loads are addressed by run-time data (Gather's
 indices) declare the valid range of those inputs; the entry point checks them before calling
@@ -40,7 +41,7 @@ STATUS_INDEX_OUT_OF_RANGE = 2
 
 
 def status_code(node_index: int, reason: int) -> int:
-    """The ``ember_run`` return value for ``reason`` at node ``node_index`` (never 0)."""
+    """The ``ember_run`` return value for ``reason`` at step ``node_index`` (never 0)."""
     return node_index * 256 + reason
 
 
@@ -54,7 +55,8 @@ typedef int32_t (*ember_host_fn)(void *ctx, int32_t node_index, void **buffers);
 
 @dataclass(frozen=True)
 class IndexCheck:
-    """Every element of input ``input`` of node ``node_index`` must lie in ``[low, high)``."""
+    """Every element of input ``input`` of the step ``node_index`` (read by node ``node``, an
+    ``op``) must lie in ``[low, high)``."""
 
     node_index: int
     node: str
@@ -70,10 +72,19 @@ class IndexCheck:
 
 @dataclass
 class EntryStep:
+    """One call of ``ember_run``: a kernel (a fused group) or a host call (one node).
+
+    The call passes ``reads`` then ``writes`` (value names, placed by the memory plan), then
+    for a kernel its scratch buffers (workspace offsets).  ``label`` says what the step
+    computes, for a comment in the source (sanitized there)."""
+
     index: int
-    node: Node
     kind: str  # "kernel" | "host"
     kernel_name: str | None
+    reads: list[str]
+    writes: list[str]
+    label: str = ""
+    scratch_offsets: list[int] = field(default_factory=list)
     index_checks: list[IndexCheck] = field(default_factory=list)
 
 
@@ -92,10 +103,8 @@ def signature(g: Graph, steps: list[EntryStep], workspace_size: int, weights_siz
     weights = [{"offset": int(offset), **tensor_spec(g.types[name])}
                for name, offset in sorted(weight_offsets.items(), key=lambda item: item[1])]
 
-    host_nodes = [{"index": step.index,
-                   "inputs": specs([n for n in step.node.inputs if n]
-                                   + step.node.implicit_inputs()),
-                   "outputs": specs([n for n in step.node.outputs if n])}
+    host_nodes = [{"index": step.index, "inputs": specs(step.reads),
+                   "outputs": specs(step.writes)}
                   for step in steps if step.kind == "host"]
     return {"abi": ABI_VERSION, "inputs": specs(list(g.inputs)),
             "outputs": specs(list(g.outputs)), "workspace_size": int(workspace_size),
@@ -140,7 +149,7 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
     output_index: dict[str, int] = {}
     for j, name in enumerate(g.outputs):
         output_index.setdefault(name, j)
-    produced = {o for n in g.nodes for o in n.outputs if o}
+    produced = {o for step in steps for o in step.writes}
 
     def pointer(name: str) -> str:
         if name in output_index and name in produced:
@@ -170,8 +179,7 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
              "  (void)inputs; (void)outputs; (void)weights; (void)workspace;",
              "  (void)host; (void)host_ctx;"]
     for step in steps:
-        node = step.node
-        lines.append(f"  /* node {step.index}: {c_comment(node.op)} '{c_comment(node.name)}' */")
+        lines.append(f"  /* step {step.index}: {c_comment(step.label)} */")
         for check in step.index_checks:
             vtype = g.types[check.input]
             count = vtype.nbytes // vtype.dtype.itemsize
@@ -179,8 +187,8 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
                          f"(const {storage_ctype(vtype.dtype)} *){pointer(check.input)}, "
                          f"{count}, INT64_C({check.low}), INT64_C({check.high})))")
             lines.append(f"    return {status_code(step.index, STATUS_INDEX_OUT_OF_RANGE)};")
-        reads = [n for n in node.inputs if n] + node.implicit_inputs()
-        args = [pointer(n) for n in reads] + [pointer(n) for n in node.outputs if n]
+        args = [pointer(n) for n in step.reads] + [pointer(n) for n in step.writes]
+        args += [f"(void *)(workspace + {offset})" for offset in step.scratch_offsets]
         if step.kind == "kernel":
             lines.append(f"  {step.kernel_name}({', '.join(args)});")
         else:

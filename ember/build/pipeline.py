@@ -1,37 +1,40 @@
 """From a Graph to a native library.
 
 1. Specialize the graph to concrete input shapes and infer every type.
-2. Run the graph passes of the opt level (constant folding, dead-code elimination).
-3. Give every node an implementation: a kernel lowered from its op's compute definition and
-   scheduled, or, when the op has no compute (or not for these dtypes), its numpy reference
-   called back from the library ("host" nodes — reported, never silent).
-4. Plan memory: one workspace arena for intermediates, one weights blob for constants.
-5. Generate one C translation unit (kernels + the ``ember_run`` entry point) and compile it.
+2. Run the graph passes of the opt level (``passes/pipeline.py``), the last of which groups
+   the nodes into kernels (``passes/fuse.py``; every node alone at opt level 0), asking node
+   by node what compiles (``build/support.py``).
+4. Give every group an implementation: one kernel lowered from its members' compute
+   definitions and scheduled, or, for a node that does not compile, its numpy reference
+   called back from the library ("host" steps -- reported, never silent).
+5. Plan memory: one workspace arena for the values between kernels and the kernels' scratch,
+   one weights blob for constants.
+6. Generate one C translation unit (kernels + the ``ember_run`` entry point) and compile it.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ember.build.entry import EntryStep, IndexCheck, generate_entry, signature
-from ember.codegen.c_names import c_identifier
+from ember.build.kernels import KernelImpl, implement_groups
+from ember.build.memory import MemoryPlanReport, plan_workspace
+from ember.build.support import node_support
 from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
-from ember.codegen.c_types import SUPPORTED_DTYPES
 from ember.core.target import Target
 from ember.ir.graph import Graph, Node
-from ember.ir.loop.stmt import PrimFunc
 from ember.ir.types import TensorType
-from ember.lower.lower import lower_node
-from ember.ops.registry import get_op
+from ember.passes.context import PassContext
+from ember.passes.fuse import NodeSupport, singleton_groups
 from ember.passes.memory_budget import check_build_memory
-from ember.passes.memory_plan import ALIGNMENT, Interval, align, plan_memory
+from ember.passes.memory_plan import ALIGNMENT, align
 from ember.passes.pipeline import optimize
 from ember.passes.specialize import specialize
 
@@ -53,17 +56,6 @@ class BuildOptions:
 
 
 @dataclass
-class NodeImpl:
-    """How one node runs: ``kernel`` (compiled) or ``host`` (numpy reference via callback)."""
-
-    index: int
-    node: Node
-    kind: str
-    func: PrimFunc | None = None
-    reason: str = ""
-
-
-@dataclass
 class Build:
     """The result of compiling a graph for one set of input shapes."""
 
@@ -71,14 +63,14 @@ class Build:
     target: Target
     source: str
     library: Path
-    impls: list[NodeImpl]
+    impls: list[KernelImpl]
     weights: dict[str, np.ndarray]
     weight_offsets: dict[str, int]
     weights_size: int
     workspace_size: int
     seconds: float
     pass_log: list[str] = field(default_factory=list)
-    memory_summary: str = ""
+    memory: MemoryPlanReport | None = None
     # Run-time range checks of index inputs (ember_run fails naming the node if one fails).
     checks: list[IndexCheck] = field(default_factory=list)
     # What the library's ember_signature() returns (the loader cross-checks the manifest).
@@ -87,13 +79,23 @@ class Build:
     library_sha256: str = ""
 
     @property
-    def host_nodes(self) -> list[NodeImpl]:
+    def host_nodes(self) -> list[KernelImpl]:
         return [impl for impl in self.impls if impl.kind == "host"]
 
+    @property
+    def kernels(self) -> list[KernelImpl]:
+        return [impl for impl in self.impls if impl.kind == "kernel"]
+
+    @property
+    def memory_summary(self) -> str:
+        return self.memory.summary() if self.memory is not None else ""
+
     def report(self) -> str:
-        kernels = sum(1 for i in self.impls if i.kind == "kernel")
-        lines = [f"{len(self.impls)} nodes: {kernels} compiled kernels, "
-                 f"{len(self.host_nodes)} numpy fallbacks; workspace "
+        nodes = sum(len(impl.nodes) for impl in self.impls)
+        fused = sum(1 for impl in self.kernels if len(impl.nodes) > 1)
+        lines = [f"{_count(nodes, 'node')} in {_count(len(self.kernels), 'compiled kernel')} "
+                 f"({fused} fused from several nodes) and "
+                 f"{_count(len(self.host_nodes), 'numpy fallback')}; workspace "
                  f"{self.workspace_size:,} B, weights {self.weights_size:,} B; "
                  f"built in {self.seconds:.2f} s"]
         if self.pass_log:
@@ -103,6 +105,10 @@ class Build:
         for impl in self.host_nodes:
             lines.append(f"  fallback: node '{impl.node.name}' ({impl.node.op}): {impl.reason}")
         return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -117,22 +123,32 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     limit = resolve_memory_limit(options.memory_limit)
     g = specialize(graph, dict(input_shapes or {}), memory_limit=limit)
     pass_log: list[str] = []
-    optimize(g, options.opt_level, pass_log, memory_limit=limit)
-    _check_static(g)
+    support: dict[int, NodeSupport] = {}
 
-    impls = [_implement(index, node, g) for index, node in enumerate(g.nodes)]
-    funcs = [default_schedule(impl.func, options.target) for impl in impls if impl.func]
-    for impl, func in zip([i for i in impls if i.func], funcs):
-        impl.func = func
+    def kernel_support(node: Node) -> NodeSupport:
+        if id(node) not in support:
+            support[id(node)] = node_support(node, g)
+        return support[id(node)]
+
+    context = PassContext(opt_level=options.opt_level, target=options.target,
+                          memory_limit=limit, kernel_support=kernel_support)
+    g.groups = None
+    optimize(g, options.opt_level, pass_log, context=context)
+    _check_static(g)
+    if g.groups is None:  # a pipeline without fusion: one kernel per node
+        g.groups = singleton_groups(g)
+    impls = implement_groups(g, g.groups, {id(node): kernel_support(node) for node in g.nodes})
+    for impl in impls:
+        if impl.func is not None:
+            impl.func = default_schedule(impl.func, options.target)
 
     used_constants = _used_constants(g)
     weight_offsets, weights_size = _layout_weights(used_constants)
-    workspace_offsets, workspace_size, memory_summary = _plan_workspace(g)
-    check_build_memory(workspace_size, weights_size, limit)
-    steps = [EntryStep(impl.index, impl.node, impl.kind,
-                       kernel_symbol(impl.func) if impl.func else None, _index_checks(impl))
-             for impl in impls]
-    entry = generate_entry(g, steps, weight_offsets, workspace_offsets, workspace_size,
+    memory = plan_workspace(g, impls)
+    check_build_memory(memory.workspace_size, weights_size, limit)
+    _allow_aliasing(impls, memory)
+    steps = [_entry_step(impl, memory, kernel_symbol) for impl in impls]
+    entry = generate_entry(g, steps, weight_offsets, memory.offsets, memory.workspace_size,
                            weights_size)
     module = CModule(kernels=[impl.func for impl in impls if impl.func], extra_source=entry,
                      exports=["ember_run", "ember_workspace_size", "ember_signature"],
@@ -140,10 +156,36 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     source = generate_c(module)
     library = build_library(source, options.target, sanitize=options.sanitize)
     return Build(g, options.target, source, library.path, impls, used_constants, weight_offsets,
-                 weights_size, workspace_size, time.perf_counter() - started, pass_log,
-                 memory_summary, checks=[c for step in steps for c in step.index_checks],
-                 signature=signature(g, steps, workspace_size, weights_size, weight_offsets),
+                 weights_size, memory.workspace_size, time.perf_counter() - started, pass_log,
+                 memory, checks=[c for step in steps for c in step.index_checks],
+                 signature=signature(g, steps, memory.workspace_size, weights_size,
+                                     weight_offsets),
                  library_sha256=library.sha256)
+
+
+def _allow_aliasing(impls: list[KernelImpl], memory: MemoryPlanReport) -> None:
+    """A kernel that writes its output over one of its inputs must not promise ``restrict``
+    pointers (that would be undefined behaviour in C, even where the accesses coincide)."""
+    in_place = {output for output, _ in memory.in_place}
+    for impl in impls:
+        if impl.func is not None and in_place & set(impl.group.outputs):
+            impl.func = replace(impl.func, attrs=impl.func.attrs + (("noalias", False),))
+
+
+def _entry_step(impl: KernelImpl, memory: MemoryPlanReport, kernel_symbol) -> EntryStep:
+    group = impl.group
+    names = ", ".join(f"'{n.name}'" for n in group.nodes[:4])
+    label = "+".join(n.op for n in group.nodes) + " " + names + \
+        (" ..." if len(group.nodes) > 4 else "")
+    if impl.kind == "host":
+        node = impl.node
+        reads = [n for n in node.inputs if n] + node.implicit_inputs()
+        return EntryStep(impl.index, "host", None, reads, [n for n in node.outputs if n], label)
+    checks = [IndexCheck(impl.index, node.name, node.op, group.inputs[position], low, high)
+              for position, low, high, node in impl.index_checks]
+    return EntryStep(impl.index, "kernel", kernel_symbol(impl.func), list(group.inputs),
+                     list(group.outputs), label, memory.scratch_offsets.get(impl.index, []),
+                     checks)
 
 
 # ---------------------------------------------------------------------- validation
@@ -172,71 +214,6 @@ def _check_static(g: Graph) -> None:
                            "\nrun it with ember's reference executor (mode='reference') instead")
 
 
-# ---------------------------------------------------------------------- implementation
-
-
-def _implement(index: int, node: Node, g: Graph) -> NodeImpl:
-    opdef = get_op(node.op)
-    assert opdef is not None
-    in_types = [g.types.get(n) if n else None for n in node.inputs]
-    out_types = [g.types.get(n) for n in node.outputs]
-    if opdef.compute is None:
-        return NodeImpl(index, node, "host", reason="op has no compute definition yet")
-    dtypes = {t.dtype for t in in_types + out_types if isinstance(t, TensorType)}
-    unsupported = sorted(str(d) for d in dtypes - SUPPORTED_DTYPES)
-    if unsupported:
-        return NodeImpl(index, node, "host",
-                        reason=f"no kernels for element type(s) {', '.join(unsupported)}")
-    if any(not name for name in node.outputs):
-        return NodeImpl(index, node, "host", reason="node leaves an output unnamed")
-    if not _output_types_derivable(node, opdef, g):
-        # A kernel computes its output's shape from the graph's types; here those come from
-        # the model's declarations, not from what the node computes.  The fallback checks the
-        # shape its reference produces at run time instead of trusting the declaration.
-        return NodeImpl(index, node, "host",
-                        reason="its output shape depends on values known only at run time")
-    constants = {i: g.constants[n] for i, n in enumerate(node.inputs) if n in g.constants}
-    func = lower_node(node, opdef, in_types, out_types, opdef.resolve_attrs(node), constants,
-                      name=f"k{index}_{c_identifier(node.op).lower()}")
-    if func is None:
-        return NodeImpl(index, node, "host", reason="compute does not cover this configuration")
-    return NodeImpl(index, node, "kernel", func=func)
-
-
-def _output_types_derivable(node: Node, opdef, g: Graph) -> bool:
-    """Whether the node's output types follow from its input types and compile-time constants
-    alone, as its op's shape inference derives them.
-
-    Shape inference fills a dim it cannot derive from a type the model declares (value_info,
-    graph outputs), which is right for reporting but is a claim of the model file, not a fact:
-    a Reshape whose target shape is computed at run time would otherwise be compiled to the
-    declared shape and silently give another one.
-    """
-    from ember.ops.registry import InferContext
-
-    input_types = [g.types.get(n) if n else None for n in node.inputs]
-    context = InferContext(node, opdef, input_types, opdef.resolve_attrs(node),
-                           lambda name: g.constants.get(name),
-                           lambda body, types: [None] * len(body.outputs))
-    try:
-        derived = opdef.infer(context)
-    except Exception:  # noqa: BLE001 - not derivable without run-time values: not a kernel
-        return False
-    for position, name in enumerate(node.outputs):
-        if name and (position >= len(derived) or derived[position] != g.types.get(name)):
-            return False
-    return True
-
-
-def _index_checks(impl: NodeImpl) -> list[IndexCheck]:
-    """The range checks the node's kernel asks of its caller (input index, low, high)."""
-    if impl.func is None:
-        return []
-    node = impl.node
-    return [IndexCheck(impl.index, node.name, node.op, node.inputs[position], low, high)
-            for position, low, high in impl.func.attr("index_checks", ())]
-
-
 # ---------------------------------------------------------------------- memory
 
 
@@ -260,26 +237,6 @@ def _layout_weights(constants: dict[str, np.ndarray]) -> tuple[dict[str, int], i
         cursor += align(max(array.nbytes, 1), ALIGNMENT)
     return offsets, cursor
 
-
-
-def _plan_workspace(g: Graph) -> tuple[dict[str, int], int, str]:
-    """Offsets of every intermediate (not an input, output or constant), the arena size and
-    a one-line summary of the plan."""
-    external = set(g.inputs) | set(g.outputs) | set(g.constants)
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for step, node in enumerate(g.nodes):
-        for name in node.outputs:
-            if name and name not in external:
-                first.setdefault(name, step)
-                last[name] = step
-        for name in node_reads(node):
-            if name in first:
-                last[name] = step
-    intervals = [Interval(name, g.types[name].nbytes, first[name], last[name])
-                 for name in first]
-    plan = plan_memory(intervals)
-    return plan.offsets, plan.workspace_size, plan.summary(intervals)
 
 
 def describe_value(g: Graph, name: str) -> dict[str, Any]:

@@ -11,10 +11,12 @@ TVM's ``te.compute``:
         return compute((a.shape[0], b.shape[1]),
                        lambda i, j: reduce_sum(a[i, k] * b[k, j], k), name="matmul")
 
-``x[i]`` on a :class:`Tensor` is a loop-IR ``Load``; the body is an ordinary loop-IR
-expression, which may contain one :class:`Reduce` (optionally wrapped in an epilogue such as
-``reduce_sum(...) / n``).  Multi-stage ops (softmax) chain several ``compute`` calls; lowering
-(``ember.lower``) materializes every stage but the outputs in local buffers.
+``x[i]`` on a :class:`Tensor` is an N-d ``BufferLoad`` (flattened by lowering, through the
+buffer's layout); the body is an ordinary loop-IR expression, which may contain one
+:class:`Reduce` (optionally wrapped in an epilogue such as ``reduce_sum(...) / n``).
+Multi-stage ops (softmax) chain several ``compute`` calls, and a fused group chains the
+definitions of all its nodes; lowering (``ember.lower``) inlines what it can and materializes
+the rest.
 
 Shapes here are static ints: ember compiles for concrete shapes.
 """
@@ -28,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 from ember.core.dtypes import DType
 from ember.ir.loop.buffer import Buffer
-from ember.ir.loop.expr import INDEX, Cast, Const, Expr, Load, Var, as_expr
+from ember.ir.loop.expr import INDEX, BufferLoad, Cast, Const, Expr, Load, Var, as_expr
 
 _names = itertools.count()
 
@@ -89,13 +91,16 @@ class Tensor:
         if len(indices) != len(self.shape):
             raise ValueError(f"tensor {self.name} has rank {len(self.shape)}, "
                              f"indexed with {len(indices)} indices")
-        if not self.shape:
-            return Load(self.buffer, Const(0, INDEX))
-        return Load(self.buffer, self.buffer.flat_index([as_expr(i) for i in indices]))
+        return BufferLoad(self.buffer, tuple(as_expr(i) for i in indices))
 
     def flat(self, index: Expr) -> Expr:
         """Element ``index`` of the row-major flattened tensor."""
-        return Load(self.buffer, index)
+        return BufferLoad(self.buffer, (as_expr(index),), flat=True)
+
+    def masked(self, indices: Sequence[Expr], mask: Expr) -> Expr:
+        """``self[indices]`` where ``mask`` holds; where it does not, nothing is read (the
+        caller selects another value there)."""
+        return BufferLoad(self.buffer, tuple(as_expr(i) for i in indices), mask)
 
 
 @dataclass(frozen=True, eq=True)
@@ -153,7 +158,7 @@ def _read_tensors(body: Expr) -> tuple[Tensor, ...]:
 
     found: dict[int, Tensor] = {}
     for node in walk(body):
-        if isinstance(node, Load):
+        if isinstance(node, (Load, BufferLoad)):
             tensor = _TENSORS.get(node.buffer)
             if tensor is not None:
                 found.setdefault(id(tensor), tensor)

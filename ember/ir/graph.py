@@ -55,6 +55,30 @@ class Node:
 
 
 @dataclass
+class FusedGroup:
+    """Nodes that compile into one kernel, as the fusion pass (``passes/fuse.py``) formed them.
+
+    ``nodes`` are in graph order; ``inputs`` are the values the kernel reads from outside
+    (graph inputs, constants, other groups' outputs) and ``outputs`` those it writes for
+    readers outside (or graph outputs), both in first-use order.  ``master`` names the node
+    that decides the kernel's shape (the reduction or matmul/conv the others fuse around),
+    empty for a group of elementwise and injective nodes only.
+    """
+
+    nodes: list[Node]
+    inputs: list[str]
+    outputs: list[str]
+    master: str = ""
+
+    @property
+    def name(self) -> str:
+        """A readable label: the master's (or first node's) name and the member count."""
+        lead = next((n for n in self.nodes if n.name == self.master), self.nodes[0])
+        extra = f" +{len(self.nodes) - 1}" if len(self.nodes) > 1 else ""
+        return f"{lead.name or lead.op}{extra}"
+
+
+@dataclass
 class Graph:
     """A function from named inputs to named outputs."""
 
@@ -66,6 +90,9 @@ class Graph:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     # Producer metadata that is not semantics (opset, producer name): kept for reports.
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The kernels the fusion pass formed (None until it ran); any later rewrite of the nodes
+    # must run it again.
+    groups: list[FusedGroup] | None = None
 
     _counter: Iterator[int] = field(default_factory=itertools.count, repr=False, compare=False)
 

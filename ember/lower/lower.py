@@ -1,23 +1,30 @@
 """Turn compute definitions (``ember.ir.compute``) into loop nests.
 
-Each computed stage becomes one loop nest over its output axes.  A stage whose body holds a
-:class:`~ember.ir.compute.Reduce` gets a local accumulator: initialise, loop over the
-reduction axes combining, then store the body with the accumulator substituted for the
-reduction (which is how epilogues such as ``sum / n`` apply).  Stages that are not outputs
-live in local buffers allocated around the whole kernel.
+First the stages that need no memory of their own are inlined into their readers
+(:mod:`ember.lower.inline`).  Each remaining stage becomes one loop nest over its output axes.
+A stage whose body holds a :class:`~ember.ir.compute.Reduce` gets a local accumulator:
+initialise, loop over the reduction axes combining, then store the body with the accumulator
+substituted for the reduction -- which is how epilogues such as ``sum / n``, and the
+elementwise consumers fused into a reduction, apply before the one store.  Stages that are
+not outputs are materialized in *scratch* buffers: extra kernel parameters that the caller
+places in the workspace arena (the ``scratch`` attribute of the PrimFunc counts them; they
+follow the outputs).  Finally N-d accesses are flattened through each buffer's layout.
 
 The loop nests are naive on purpose; schedules (``ember.schedule``) make them fast.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 from ember.core.errors import EmberError
 from ember.ir.compute import ComputeContext, Reduce, Stage, Tensor, placeholder
 from ember.ir.graph import Node
+from ember.lower.flatten import element_offset, flatten
+from ember.lower.inline import inline_stages
 from ember.ir.loop.buffer import Buffer
-from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Select, Var
+from ember.ir.loop.expr import INDEX, Binary, BufferLoad, Const, Expr, Load, Select, Var
 from ember.ir.loop.functor import rewrite, substitute, walk
 from ember.ir.loop.simplify import simplify
 from ember.ir.loop.stmt import Allocate, For, ForKind, PrimFunc, Stmt, Store, seq
@@ -71,7 +78,7 @@ def lower_compute(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]
     Outputs that are placeholders themselves (an op that returns an input unchanged) or that
     appear twice are copied into fresh output buffers.
     """
-    stages = _topological_stages(outputs)
+    stages = inline_stages(_topological_stages(outputs), list(outputs)).stages
     out_buffers: list[Buffer] = []
     body_parts: list[Stmt] = []
     seen: set[int] = set()
@@ -86,17 +93,19 @@ def lower_compute(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]
         if t.stage is not None:
             rename.setdefault(id(t), b)
     buffer_map = {t.buffer: rename[id(t)] for t in outputs if id(t) in rename}
+    scratch: list[Buffer] = []
+    for stage in stages:
+        if stage.output.buffer not in buffer_map:
+            buffer = Buffer(f"scratch{len(scratch)}", stage.output.dtype, stage.output.shape)
+            buffer_map[stage.output.buffer] = buffer
+            scratch.append(buffer)
     nests = [_lower_stage(stage, buffer_map) for stage in stages]
     # copies of repeated outputs read the buffer the stage was stored in
     body = seq(*nests, *(_rebind_all(part, buffer_map) for part in body_parts))
-    for stage in reversed(stages):
-        if stage.output.buffer not in buffer_map:
-            local = Buffer(stage.output.buffer.name, stage.output.dtype, stage.output.shape,
-                           scope="local")
-            body = _rebind_all(body, {stage.output.buffer: local})
-            body = Allocate(local, body)
-    params = tuple(t.buffer for t in inputs) + tuple(out_buffers)
-    return PrimFunc(name, params, _canonical_names(simplify(body)), attrs)
+    body = flatten(_rebind_all(body, buffer_map))
+    params = tuple(t.buffer for t in inputs) + tuple(out_buffers) + tuple(scratch)
+    return PrimFunc(name, params, _canonical_names(simplify(body)),
+                    tuple(attrs) + (("scratch", len(scratch)),))
 
 
 def _canonical_names(body: Stmt) -> Stmt:
@@ -151,7 +160,9 @@ def _topological_stages(outputs: Sequence[Tensor]) -> list[Stage]:
 def _lower_stage(stage: Stage, buffer_map: dict[Buffer, Buffer]) -> Stmt:
     out = buffer_map.get(stage.output.buffer, stage.output.buffer)
     index = out.flat_index(list(stage.axes)) if stage.axes else Const(0, INDEX)
-    reduce_nodes = [n for n in walk(stage.body) if isinstance(n, Reduce)]
+    # The same reduction may appear several times in an epilogue (x * erf(x) of a matmul's
+    # result): equal Reduce nodes are one reduction, accumulated once.
+    reduce_nodes = list(dict.fromkeys(n for n in walk(stage.body) if isinstance(n, Reduce)))
     if len(reduce_nodes) > 1:
         raise LoweringError(f"stage {stage.output.name}: at most one Reduce per stage")
     if reduce_nodes and stage.axes and reduce_nodes[0].dtype == out.dtype and \
@@ -169,7 +180,7 @@ def _lower_stage(stage: Stage, buffer_map: dict[Buffer, Buffer]) -> Stmt:
         for axis in reversed(red.axes):
             update = For(axis.var, Const(0, INDEX), Const(axis.extent, INDEX), ForKind.SERIAL,
                          update)
-        epilogue = rewrite(stage.body, lambda n: acc_value if n is red else None)
+        epilogue = rewrite(stage.body, lambda n: acc_value if n == red else None)
         inner: Stmt = Allocate(acc, seq(Store(acc, Const(0, INDEX), red.init), update,
                                         Store(out, index, epilogue)))
     else:
@@ -184,30 +195,50 @@ def _lower_reduction_into_output(stage: Stage, red: Reduce, out: Buffer, index: 
     reduction axes in one perfect nest whose reduction loops are annotated ``reduce``: the
     schedule may then move them outside the innermost output loop and vectorize that loop
     (the order in which each output element accumulates is unchanged, so results are too).
-    An epilogue around the reduction (``sum + bias``) becomes a last elementwise pass."""
+    An epilogue around the reduction (``gelu(sum + bias)``) becomes a last elementwise pass.
+
+    The nests follow each other and are tagged by their role (``accumulation`` = init,
+    update, epilogue on their outer loops), and the outermost reduction loop carries the
+    initial value and the epilogue as expressions of the output indices and the accumulated
+    value (``accumulate_result``): a schedule that keeps a tile of the output in registers
+    (``cache_accumulator``) starts it from the initial value and applies the epilogue before
+    its one store, and then drops the other two passes."""
     current = Load(out, index)
     combined = _combine(red.combiner, current, red.source)
     if red.condition is not None:
         combined = Select(red.condition, combined, current)
-    update: Stmt = Store(out, index, combined)
-    for axis in reversed(red.axes):
-        update = For(axis.var, Const(0, INDEX), Const(axis.extent, INDEX), ForKind.SERIAL,
-                     update, annotations=(("reduce", True),))
-    init: Stmt = Store(out, index, red.init)
-    init_axes = tuple(Var(f"{axis.name}_init") for axis in stage.axes)
-    init = substitute(init, dict(zip(stage.axes, init_axes)))
+    notes: tuple[tuple[str, object], ...] = (("accumulate_init", red.init),)
     epilogue: Stmt | None = None
     if red is not stage.body:  # e.g. a bias added to a convolution: one more pass
-        finished = rewrite(stage.body, lambda n: current if n is red else None)
+        result = Var("acc", red.dtype)
+        notes += (("accumulate_epilogue", rewrite(stage.body, lambda n: result if n == red
+                                                  else None)),
+                  ("accumulate_result", result))
+        finished = rewrite(stage.body, lambda n: current if n == red else None)
         epilogue_axes = tuple(Var(f"{axis.name}_epilogue") for axis in stage.axes)
         epilogue = substitute(Store(out, index, finished), dict(zip(stage.axes, epilogue_axes)))
         for axis, extent in reversed(list(zip(epilogue_axes, stage.output.shape))):
             epilogue = For(axis, Const(0, INDEX), Const(extent, INDEX), ForKind.SERIAL, epilogue)
+    update: Stmt = Store(out, index, combined)
+    for position, axis in reversed(list(enumerate(red.axes))):
+        update = For(axis.var, Const(0, INDEX), Const(axis.extent, INDEX), ForKind.SERIAL,
+                     update, annotations=(("reduce", True),) + (notes if position == 0 else ()))
+    init: Stmt = Store(out, index, red.init)
+    init_axes = tuple(Var(f"{axis.name}_init") for axis in stage.axes)
+    init = substitute(init, dict(zip(stage.axes, init_axes)))
     for axis, init_axis, extent in reversed(list(zip(stage.axes, init_axes,
                                                       stage.output.shape))):
         init = For(init_axis, Const(0, INDEX), Const(extent, INDEX), ForKind.SERIAL, init)
         update = For(axis, Const(0, INDEX), Const(extent, INDEX), ForKind.SERIAL, update)
-    return seq(init, update, epilogue) if epilogue is not None else seq(init, update)
+    parts = [_tag(init, "init"), _tag(update, "update")]
+    if epilogue is not None:
+        parts.append(_tag(epilogue, "epilogue"))
+    return seq(*parts)
+
+
+def _tag(nest: Stmt, role: str) -> Stmt:
+    assert isinstance(nest, For)
+    return replace(nest, annotations=nest.annotations + (("accumulation", role),))
 
 
 def _prefers_output_accumulation(stage: Stage, red: Reduce) -> bool:
@@ -222,9 +253,12 @@ def _prefers_output_accumulation(stage: Stage, red: Reduce) -> bool:
     extents.update({r: r.extent for r in red.axes})
     used = False
     for node in walk(red.source):
-        if isinstance(node, Load) and any(v == axis for v in walk(node.index)):
+        if not isinstance(node, (Load, BufferLoad)):
+            continue
+        offset = node.index if isinstance(node, Load) else element_offset(node)
+        if any(v == axis for v in walk(offset)):
             used = True
-            stride = local_stride(node.index, axis, extents)
+            stride = local_stride(offset, axis, extents)
             if stride is None or not 1 <= abs(stride) <= MAX_VECTOR_LOAD_STRIDE:
                 return False
     return used
@@ -263,6 +297,8 @@ def _rebind_all(node, mapping: dict[Buffer, Buffer]):
     def fn(n):
         if isinstance(n, Load) and n.buffer in mapping:
             return Load(mapping[n.buffer], n.index, n.mask)
+        if isinstance(n, BufferLoad) and n.buffer in mapping:
+            return BufferLoad(mapping[n.buffer], n.indices, n.mask, n.flat)
         if isinstance(n, Store) and n.buffer in mapping:
             return Store(mapping[n.buffer], n.index, n.value, n.mask)
         return None

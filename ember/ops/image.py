@@ -6,13 +6,19 @@ Interpolation runs in float64 (complex128 for complex data) and the result is ca
 the input's dtype; integer outputs are rounded and saturated, as the ONNX reference does.
 Nearest-neighbour resampling gathers values without arithmetic, so it works for every dtype.
 
+Resize's plan (:func:`resize_plan`: which axes change, their lengths, scales and rois), its
+coordinate formulas (:func:`source_coordinate`) and its tap positions (:func:`tap_offsets`) are
+public: the compiled kernel (``ember/ops/compute/image.py``) evaluates the very same formulas
+on loop-IR expressions, so the two cannot drift apart.
+
 The older forms of these ops (Resize-10, Upsample, GridSample-16, RoiAlign-10) are rewritten
 into the newest ones by ``ember/frontend/onnx/upgrades/image.py``.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -187,10 +193,58 @@ def _scaled_dim(dim: Dim, scale: float) -> Dim:
     return None
 
 
-def _source_coordinates(mode: str, out_len: int, in_len: int, scale: float,
-                        roi: tuple[float, float]) -> np.ndarray:
-    """Where each output position along one axis samples the input (ONNX's x_original)."""
-    y = np.arange(out_len, dtype=np.float64)
+@dataclass(frozen=True)
+class ResizeAxis:
+    """One axis that Resize resamples: its position, input and output lengths, the scale its
+    coordinate transform uses and its region of interest (start, end)."""
+
+    axis: int
+    in_len: int
+    out_len: int
+    scale: float
+    roi: tuple[float, float]
+
+
+def resize_plan(ctx, shape: Sequence[int], roi: np.ndarray | None, scales: np.ndarray | None,
+                sizes: np.ndarray | None, attrs: dict) -> list[ResizeAxis]:
+    """The axes Resize changes, in the order it resamples them.
+
+    Axes it leaves as they are (same length, scale 1, whole roi) are not listed: the reference
+    skips them, so the kernel must too, rather than re-derive each position through floats.
+    """
+    axes = _resize_axes(ctx, attrs["axes"], len(shape))
+    scales, sizes, roi = _nonempty(scales), _nonempty(sizes), _nonempty(roi)
+    if (scales is None) == (sizes is None):
+        raise ctx.error("exactly one of the inputs scales and sizes must be given")
+    in_dims = [int(shape[a]) for a in axes]
+    axis_scales, lengths = _resize_lengths(
+        ctx, in_dims, scales, None if sizes is None else [int(s) for s in sizes.reshape(-1)],
+        attrs["keep_aspect_ratio_policy"])
+    if roi is None:
+        rois = [(0.0, 1.0)] * len(axes)
+    else:
+        roi = roi.astype(np.float64).reshape(-1)
+        if roi.size != 2 * len(axes):
+            raise ctx.error(f"roi has {roi.size} values; it needs 2 per resized axis "
+                            f"({2 * len(axes)})")
+        rois = [(float(a), float(b)) for a, b in zip(roi[:len(axes)], roi[len(axes):])]
+    crop = attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
+    plan = []
+    for axis, in_len, scale, length, axis_roi in zip(axes, in_dims, axis_scales, lengths, rois):
+        if length == in_len and scale == 1.0 and (not crop or axis_roi == (0, 1)):
+            continue  # identity along this axis
+        plan.append(ResizeAxis(axis, in_len, length, scale, axis_roi))
+    return plan
+
+
+def source_coordinate(mode: str, y: Any, out_len: int, in_len: int, scale: float,
+                      roi: tuple[float, float]) -> Any:
+    """Where output position ``y`` along one axis samples the input (ONNX's x_original).
+
+    ``y`` is a float64 array of positions (the reference) or a float64 loop-IR expression (the
+    compiled kernel): the formulas use only + - * / on it, in the same order for both, so the
+    two agree bit for bit.
+    """
     out_width = scale * in_len  # the fractional output length the formulas refer to
     if mode == "half_pixel":
         return (y + 0.5) / scale - 0.5
@@ -198,9 +252,9 @@ def _source_coordinates(mode: str, out_len: int, in_len: int, scale: float,
         offset = in_len / 2 * (1 - out_len / out_width)
         return offset + (y + 0.5) / scale - 0.5
     if mode == "pytorch_half_pixel":
-        return (y + 0.5) / scale - 0.5 if out_width > 1 else np.zeros_like(y)
+        return (y + 0.5) / scale - 0.5 if out_width > 1 else y * 0.0
     if mode == "align_corners":
-        return np.zeros_like(y) if out_width == 1 else y * (in_len - 1) / (out_width - 1)
+        return y * 0.0 if out_width == 1 else y * (in_len - 1) / (out_width - 1)
     if mode == "asymmetric":
         return y / scale
     if mode == "tf_half_pixel_for_nn":
@@ -208,17 +262,27 @@ def _source_coordinates(mode: str, out_len: int, in_len: int, scale: float,
     start, end = roi  # tf_crop_and_resize
     if out_width > 1:
         return start * (in_len - 1) + y * (end - start) * (in_len - 1) / (out_width - 1)
-    return np.full_like(y, 0.5 * (start + end) * (in_len - 1))
+    return y * 0.0 + 0.5 * (start + end) * (in_len - 1)
 
 
-def _round_nearest(x: np.ndarray, nearest_mode: str) -> np.ndarray:
+def round_nearest(x: Any, nearest_mode: str, floor: Callable[[Any], Any] = np.floor,
+                  ceil: Callable[[Any], Any] = np.ceil) -> Any:
+    """The input position nearest to coordinate ``x`` by ``nearest_mode`` (before clamping);
+    ``floor``/``ceil`` work on arrays or, for the kernel, on expressions."""
     if nearest_mode == "round_prefer_floor":
-        return np.ceil(x - 0.5)
+        return ceil(x - 0.5)
     if nearest_mode == "round_prefer_ceil":
-        return np.floor(x + 0.5)
+        return floor(x + 0.5)
     if nearest_mode == "floor":
-        return np.floor(x)
-    return np.ceil(x)
+        return floor(x)
+    return ceil(x)
+
+
+def tap_offsets(support: float, stretch: float = 1.0) -> list[int]:
+    """Offsets from floor(coordinate) of the input positions a kernel of half-width
+    ``support``, widened by 1/``stretch``, may weigh ([0, 1] for linear, [-1 .. 2] for cubic)."""
+    radius = support / stretch
+    return [int(o) for o in np.arange(np.floor(-radius) + 1, np.ceil(radius) + 1)]
 
 
 def _interpolation_matrix(coords: np.ndarray, in_len: int, kernel: Kernel, support: float,
@@ -228,8 +292,7 @@ def _interpolation_matrix(coords: np.ndarray, in_len: int, kernel: Kernel, suppo
     ``stretch`` < 1 widens the kernel by 1/stretch (antialiasing).  Taps outside the input
     are clamped to the edge, or dropped and the weights renormalized if ``exclude_outside``.
     """
-    radius = support / stretch
-    offsets = np.arange(np.floor(-radius) + 1, np.ceil(radius) + 1)
+    offsets = np.array(tap_offsets(support, stretch), dtype=np.float64)
     taps = np.floor(coords)[:, None] + offsets[None, :]
     weights = kernel((taps - coords[:, None]) * stretch)
     if normalize:
@@ -253,9 +316,10 @@ def _resize_axis(data: np.ndarray, axis: int, out_len: int, scale: float,
         shape[axis] = out_len
         return np.zeros(shape, dtype=data.dtype)
     mode = attrs["coordinate_transformation_mode"]
-    coords = _source_coordinates(mode, out_len, in_len, scale, roi)
+    coords = source_coordinate(mode, np.arange(out_len, dtype=np.float64), out_len, in_len,
+                               scale, roi)
     if attrs["mode"] == "nearest":
-        index = np.clip(_round_nearest(coords, attrs["nearest_mode"]), 0, in_len - 1)
+        index = np.clip(round_nearest(coords, attrs["nearest_mode"]), 0, in_len - 1)
         result = np.take(data, index.astype(np.intp), axis=axis)
     else:
         if attrs["mode"] == "linear":
@@ -291,29 +355,11 @@ def _resize_axis(data: np.ndarray, axis: int, out_len: int, scale: float,
 def resize(ctx, x, roi=None, scales=None, sizes=None, **attrs):
     """Resample X to new sizes or by scales with nearest, (N-)linear or (N-)cubic interpolation."""
     _check_resize_attrs(ctx, attrs)
-    axes = _resize_axes(ctx, attrs["axes"], x.ndim)
-    scales, sizes, roi = _nonempty(scales), _nonempty(sizes), _nonempty(roi)
-    if (scales is None) == (sizes is None):
-        raise ctx.error("exactly one of the inputs scales and sizes must be given")
-    in_dims = [x.shape[a] for a in axes]
-    axis_scales, lengths = _resize_lengths(
-        ctx, in_dims, scales, None if sizes is None else [int(s) for s in sizes.reshape(-1)],
-        attrs["keep_aspect_ratio_policy"])
-    if roi is None:
-        rois = [(0.0, 1.0)] * len(axes)
-    else:
-        roi = roi.astype(np.float64).reshape(-1)
-        if roi.size != 2 * len(axes):
-            raise ctx.error(f"roi has {roi.size} values; it needs 2 per resized axis "
-                            f"({2 * len(axes)})")
-        rois = list(zip(roi[:len(axes)], roi[len(axes):]))
+    plan = resize_plan(ctx, x.shape, roi, scales, sizes, attrs)
     interpolate = attrs["mode"] != "nearest"
     data = x.astype(_working_dtype(ctx, x.dtype)) if interpolate else x
-    crop = attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
-    for axis, scale, length, axis_roi in zip(axes, axis_scales, lengths, rois):
-        if length == data.shape[axis] and scale == 1.0 and (not crop or axis_roi == (0, 1)):
-            continue  # identity along this axis
-        data = _resize_axis(data, axis, length, scale, axis_roi, attrs)
+    for step in plan:
+        data = _resize_axis(data, step.axis, step.out_len, step.scale, step.roi, attrs)
     return _cast_result(data, x.dtype) if interpolate else np.array(data, dtype=x.dtype)
 
 

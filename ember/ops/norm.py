@@ -19,7 +19,7 @@ from ember.core.dtypes import DType
 from ember.core.errors import EmberError, ShapeError
 from ember.ir.types import TensorType, ValueType
 from ember.ops.reduce import normalize_axes, widened
-from ember.ops.registry import REQUIRED, Attr, InferContext, op
+from ember.ops.registry import REQUIRED, Attr, InferContext, PatternKind, op
 from ember.ops.shape_infer import broadcast_shapes, normalize_axis, tensor_input
 
 # ----------------------------------------------------------------------------- helpers
@@ -163,7 +163,8 @@ def _infer_batch_norm(ctx: InferContext) -> list[ValueType | None]:
 
 @op("BatchNormalization", family="norm", infer=_infer_batch_norm, outputs=(1, 3),
     attrs={"epsilon": Attr.float(1e-5), "momentum": Attr.float(0.9),
-           "training_mode": Attr.int(0)})
+           "training_mode": Attr.int(0)},
+    pattern=PatternKind.BROADCAST)  # inference: a per-channel scale and shift
 def batch_normalization(ctx, x, scale, b, input_mean, input_var, *, epsilon, momentum,
                         training_mode):
     """Per-channel (x - mean) / sqrt(var + epsilon) * scale + B; batch statistics in training."""

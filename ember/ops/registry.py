@@ -7,6 +7,8 @@ An OpDef is everything ember knows about an op, in one place:
 * type/shape inference (``infer``), which works with symbolic dims,
 * a numpy reference implementation (``reference``), the oracle for tests and the fallback
   when no compiled kernel exists,
+* its *pattern kind* (:class:`PatternKind`: elementwise, broadcast, injective, reduction,
+  anchor or opaque), which decides what the fusion pass may put in one kernel with it,
 * slots filled by later layers: ``compute`` (the declarative compute definition that lowering
   turns into a loop nest) and ``decompose`` (rewriting into other ops).
 
@@ -20,6 +22,7 @@ into this form, so each op is implemented once.
 
 from __future__ import annotations
 
+import enum
 import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -94,6 +97,29 @@ class Attr:
 InferFn = Callable[["InferContext"], "list[ValueType | None]"]
 
 
+class PatternKind(enum.IntEnum):
+    """How an op's outputs depend on its inputs, which is what fusion needs to know (the
+    kinds of TVM's FuseOps).  Ordered from the most to the least fusable."""
+
+    ELEMENTWISE = 0  # out[i] = f(x[i]): one input element per output element, same shape
+    BROADCAST = 1    # elementwise over several inputs, some broadcast (a bias, a scalar)
+    INJECTIVE = 2    # out[i] = x[g(i)]: data moved, not combined (transpose, gather, concat)
+    REDUCTION = 3    # combines many input elements per output (ReduceSum, Softmax, pooling)
+    ANCHOR = 4       # matmul, conv: elementwise consumers fuse into its epilogue
+    OPAQUE = 5       # no kernel of its own kind: control flow, data-dependent shapes ...
+
+
+# The pattern kind of each op family; ops that differ from their family's say so in ``op``.
+FAMILY_PATTERNS = {
+    "activation": PatternKind.ELEMENTWISE, "elementwise": PatternKind.ELEMENTWISE,
+    "logical": PatternKind.ELEMENTWISE, "cast": PatternKind.ELEMENTWISE,
+    "shape": PatternKind.INJECTIVE, "generator": PatternKind.INJECTIVE,
+    "indexing": PatternKind.INJECTIVE, "image": PatternKind.INJECTIVE,
+    "reduce": PatternKind.REDUCTION, "norm": PatternKind.REDUCTION,
+    "pool": PatternKind.REDUCTION, "matmul": PatternKind.ANCHOR, "conv": PatternKind.ANCHOR,
+}
+
+
 @dataclass
 class OpDef:
     name: str
@@ -108,6 +134,7 @@ class OpDef:
     # Input positions that may be left empty ("" in ONNX): the reference's parameters with a
     # default.  Every other position, variadic ones included, must name a value.
     optional_inputs: frozenset[int] = frozenset()
+    pattern: PatternKind = PatternKind.OPAQUE
     doc: str = ""
     # Filled by later layers (lowering, decomposition); None means "not available".
     compute: Any = None
@@ -226,11 +253,14 @@ def op(
     attrs: dict[str, Attr] | None = None,
     inputs: tuple[int, int] | None = None,
     outputs: tuple[int, int] = (1, 1),
+    pattern: PatternKind | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated numpy reference as op ``name``.
 
     ``inputs`` defaults to what the reference's signature says: positional parameters after
-    ``ctx`` are inputs, those defaulting to None optional, ``*args`` variadic.
+    ``ctx`` are inputs, those defaulting to None optional, ``*args`` variadic.  ``pattern``
+    defaults to the family's (:data:`FAMILY_PATTERNS`), with elementwise ops of several
+    inputs counted as broadcasting.
     """
 
     def register(reference: Callable[..., Any]) -> Callable[..., Any]:
@@ -248,6 +278,7 @@ def op(
             min_outputs=outputs[0],
             max_outputs=outputs[1],
             optional_inputs=_optional_positions(reference),
+            pattern=pattern if pattern is not None else _default_pattern(family, max_in),
             doc=inspect.getdoc(reference) or "",
         )
         return reference
@@ -292,6 +323,13 @@ def _arity_from_signature(fn: Callable[..., Any]) -> tuple[int, int]:
             else:
                 optional += 1
     return required, required + optional
+
+
+def _default_pattern(family: str, max_inputs: int) -> PatternKind:
+    kind = FAMILY_PATTERNS.get(family, PatternKind.OPAQUE)
+    if kind is PatternKind.ELEMENTWISE and (max_inputs < 0 or max_inputs > 1):
+        return PatternKind.BROADCAST
+    return kind
 
 
 def _optional_positions(fn: Callable[..., Any]) -> frozenset[int]:

@@ -1,61 +1,151 @@
 """The graph passes of each optimization level, in order: the optimization story in one place.
 
-  level 0: nothing (every node as imported)
-  level 1: constant folding, dead-code elimination
-  level 2: level 1, then BatchNormalization folded into convolutions, convolution padding made
-           explicit (affine, vectorizable loads), and another round of cleanup
+Read :data:`PIPELINES` top to bottom.  Each level is a named list of passes; the runner
+(:func:`ember.passes.context.run_passes`) infers shapes after every pass that changed the
+graph, so later passes and lowering always see exact static types, and runs the IR verifier
+after every pass, so a pass that breaks an invariant (a dangling value, a constant whose array
+is not its type) is named where it happened rather than found later as a crash in lowering or
+a wrong result.  It also times each pass and, on request, prints the graph before and after
+the passes named (``PassContext(dump=...)``), which is what ``ember inspect`` shows.
 
-Shape inference runs after every pass that changes the graph, so later passes and lowering
-always see exact static types, and the IR verifier runs after every pass, so a pass that breaks
-an invariant (a dangling value, a constant whose array is not its type) is caught where it
-happened, by name, rather than as a crash in lowering or a wrong result.
+An opt level that is not listed here is an error naming the levels that are.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
 
+from ember.core.errors import ConfigError
 from ember.ir.graph import Graph
+from ember.ops.registry import get_op
+from ember.passes.context import GraphPass, PassContext, graph_pass, run_passes
+from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.dce import eliminate_dead_code
 from ember.passes.explicit_padding import make_padding_explicit
 from ember.passes.fold_batchnorm import fold_batchnorm
 from ember.passes.fold_constants import fold_constants
-from ember.passes.infer_shapes import infer_shapes
-from ember.passes.verify import verify_graph
+from ember.passes.fold_scale_bias import fold_scale_bias
+from ember.passes.fuse import fuse, op_has_compute
+from ember.passes.horizontal_fusion import fuse_horizontal
+from ember.passes.recognize_attention import recognize_attention
+from ember.passes.recognize_gelu import recognize_gelu
+from ember.passes.recognize_hard_swish import recognize_hard_swish
+from ember.passes.recognize_layer_norm import recognize_layer_norm
+from ember.passes.recognize_softmax import recognize_softmax
+from ember.passes.recognize_swish import recognize_swish
+from ember.passes.simplify import simplify
 
-Pass = Callable[[Graph], int]
+# ---------------------------------------------------------------------- the passes
 
-PASSES_BY_LEVEL: dict[int, list[Pass]] = {
-    0: [],
-    1: [fold_constants, eliminate_dead_code],
-    2: [fold_constants, eliminate_dead_code, fold_batchnorm, make_padding_explicit,
-        eliminate_dead_code],
+FOLD_CONSTANTS = GraphPass("fold_constants",
+                           lambda graph, ctx: fold_constants(graph, ctx.memory_limit),
+                           "evaluate nodes whose inputs are constants (within the memory budget)")
+SIMPLIFY = graph_pass(simplify)
+CSE = graph_pass(eliminate_common_subexpressions)
+DCE = graph_pass(eliminate_dead_code)
+FOLD_BATCHNORM = graph_pass(fold_batchnorm)
+FOLD_SCALE_BIAS = graph_pass(fold_scale_bias)
+RECOGNIZE_SOFTMAX = graph_pass(recognize_softmax)
+RECOGNIZE_LAYER_NORM = graph_pass(recognize_layer_norm)
+RECOGNIZE_GELU = graph_pass(recognize_gelu)
+RECOGNIZE_SWISH = graph_pass(recognize_swish)
+RECOGNIZE_HARD_SWISH = graph_pass(recognize_hard_swish)
+RECOGNIZE_ATTENTION = graph_pass(recognize_attention)
+FUSE_HORIZONTAL = graph_pass(fuse_horizontal)
+MAKE_PADDING_EXPLICIT = graph_pass(make_padding_explicit)
+FUSE = GraphPass("fuse",
+                 lambda graph, ctx: fuse(graph, ctx.kernel_support or op_has_compute),
+                 "group nodes into kernels (graph.groups); must run last: it does not "
+                 "change the nodes, and a later rewrite would invalidate the groups")
+
+
+def _compiles(op: str) -> bool:
+    """Whether ``op`` has a compute definition: a composite without one would run as a numpy
+    fallback, slower than the small ops it replaced."""
+    opdef = get_op(op)
+    return opdef is not None and opdef.compute is not None
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A named, ordered list of graph passes."""
+
+    name: str
+    passes: tuple[GraphPass, ...]
+
+    def __str__(self) -> str:
+        return f"{self.name}: " + ", ".join(p.name for p in self.passes)
+
+
+CLEANUP = (
+    FOLD_CONSTANTS,          # shape arithmetic, folded weights, Constant nodes
+    SIMPLIFY,                # no-op Reshape/Transpose/Cast/..., x*1, transpose pairs
+    CSE,                     # one copy of each value (and of each constant)
+    DCE,                     # what nothing reads any more
+)
+
+PIPELINES: dict[int, Pipeline] = {
+    0: Pipeline("O0 (every node as imported, one kernel per node)", ()),
+    1: Pipeline("O1 (cleanup, fusion)", (*CLEANUP, FUSE)),
+    2: Pipeline("O2 (cleanup, folding into anchors, composites, horizontal fusion, "
+                "fusion)", (
+        *CLEANUP,
+        # per-channel affine ops into the Conv/Gemm/MatMul before them
+        FOLD_BATCHNORM,
+        FOLD_SCALE_BIAS,
+        # composites that exporters write as many small ops -> one op (one kernel)
+        RECOGNIZE_SOFTMAX,       # before attention, which matches a Softmax node
+        RECOGNIZE_LAYER_NORM,
+        RECOGNIZE_GELU,
+        RECOGNIZE_SWISH,
+        RECOGNIZE_HARD_SWISH,
+        # until Attention has a compute definition it would be a numpy fallback: then the
+        # written-out form, whose MatMuls and Softmax compile, is faster
+        *((RECOGNIZE_ATTENTION,) if _compiles("Attention") else ()),
+        # sibling projections of one input (Q/K/V) -> one GEMM and a Split
+        FUSE_HORIZONTAL,
+        # what the rewrites leave: transpose pairs, duplicate constants, dead weights
+        SIMPLIFY,
+        CSE,
+        DCE,
+        MAKE_PADDING_EXPLICIT,   # convolution borders as a Pad: affine, vectorizable loads
+        FUSE,                    # last: groups of nodes -> one kernel each
+    )),
 }
 
 
-def passes_for(opt_level: int) -> list[Pass]:
-    return PASSES_BY_LEVEL[min(max(opt_level, 0), max(PASSES_BY_LEVEL))]
+def pipeline_for(opt_level: int) -> Pipeline:
+    """The pipeline of ``opt_level``; an error naming the valid levels for any other value."""
+    if isinstance(opt_level, bool) or not isinstance(opt_level, int) or \
+            opt_level not in PIPELINES:
+        levels = ", ".join(f"{level} = {p.name}" for level, p in sorted(PIPELINES.items()))
+        raise ConfigError(f"opt_level {opt_level!r} does not exist; ember's optimization "
+                          f"levels are {levels}")
+    return PIPELINES[opt_level]
+
+
+def passes_for(opt_level: int) -> list[GraphPass]:
+    return list(pipeline_for(opt_level).passes)
 
 
 def optimize(graph: Graph, opt_level: int, log: list[str] | None = None,
-             memory_limit: int | None = None) -> Graph:
-    """Run the passes of ``opt_level`` in place; ``log`` collects what each one changed.
+             memory_limit: int | None = None, *, context: PassContext | None = None) -> Graph:
+    """Run the passes of ``opt_level`` on ``graph`` in place; ``log`` collects
+    ``"pass: changes"`` per pass.
 
     ``memory_limit`` (bytes; default ``ember.core.config.memory_limit()``) bounds what constant
-    folding may allocate.
+    folding may allocate.  A ``context`` given by the caller receives the timings and IR dumps
+    (its own memory limit is used when ``memory_limit`` is None).
     """
-    for run in passes_for(opt_level):
-        changed = _apply(run, graph, memory_limit)
-        if changed:
-            infer_shapes(graph)
-        verify_graph(graph, stage=f"after graph pass '{run.__name__}'")
-        if log is not None:
-            log.append(f"{run.__name__}: {changed}")
+    passes = passes_for(opt_level)
+    if context is None:
+        context = PassContext(opt_level=opt_level, memory_limit=memory_limit)
+    else:
+        context.opt_level = opt_level
+        if memory_limit is not None:
+            context.memory_limit = memory_limit
+    start = len(context.records)
+    run_passes(graph, passes, context)
+    if log is not None:
+        log.extend(str(record) for record in context.records[start:])
     return graph
-
-
-def _apply(run: Pass, graph: Graph, memory_limit: int | None) -> int:
-    """Run one pass; those that allocate new constants of data-dependent size get the budget."""
-    if run is fold_constants:
-        return fold_constants(graph, memory_limit)
-    return run(graph)

@@ -40,75 +40,89 @@ REGISTER_TILE_MIN_REDUCTION = 8
 
 def default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
     schedule = Schedule(func)
+    # Accumulation nests first, while the init and epilogue passes beside them are as lowering
+    # emitted them: register tiling folds those passes into its tiles.
     for nest in loop_nests(func.body):
-        chain = perfect_chain(nest)
-        innermost = chain[-1]
-        vectorizable = isinstance(innermost.body, Store) and _extent(innermost) >= 4 and \
-            _independent(innermost)
-        parallel_worthy = _work(nest) >= PARALLEL_MIN_WORK
-        if len(chain) == 1:
-            name = innermost.var.name
-            if parallel_worthy and _extent(innermost) >= 2 * CHUNK and vectorizable:
-                outer, inner = schedule.split(name, CHUNK, tail="peel")
-                schedule.parallel(outer)
-                schedule.vectorize(inner)
-                if _extent(innermost) % CHUNK:
-                    schedule.vectorize(f"{name}_t")
-            elif vectorizable:
-                schedule.vectorize(name)
-            continue
-        reduce_loops = [l for l in chain if is_reduction_loop(l)]
-        spatial = [l for l in chain if not is_reduction_loop(l)]
-        if reduce_loops and spatial and isinstance(innermost.body, Store):
-            # Accumulation into the output (lowering chose it because the innermost output
-            # loop walks memory contiguously): move the reduction loops outside that loop and
-            # vectorize it.
-            inner = spatial[-1]
-            outer_names = [l.var.name for l in spatial[:-1]]
-            inner_name = inner.var.name
-            if _extent(inner) >= 2 * COLUMN_BLOCK and _extent(inner) % COLUMN_BLOCK == 0:
-                # Column blocks outermost: a block of the reused operand (a matrix product's
-                # B) stays in cache while every row accumulates against it.
-                block, inner_name = schedule.split(inner_name, COLUMN_BLOCK)
-                outer_names = [block] + outer_names
-            reduce_names = [l.var.name for l in reduce_loops]
-            row = _register_tile_row(chain, spatial, reduce_loops, inner)
-            if row is not None:
-                # Register tiling: a rows x cols tile of the output accumulates in registers
-                # across the reduction loops (see schedule/tiling.py).
-                col_extent = _extent(schedule.get_loop(inner_name))
-                rows, cols = _register_tile_shape(col_extent, target.lanes_for(
-                    innermost.body.buffer.dtype))
-                others = [n for n in outer_names if n != row.var.name]
-                schedule.reorder(*others, row.var.name, *reduce_names, inner_name)
-                row_tiles, _ = schedule.cache_accumulator(row.var.name, inner_name, rows, cols)
-                other_work = 1
-                for name in others:
-                    other_work *= _extent(schedule.get_loop(name))
-                # Parallelize the outer loops, unless they are too few to share evenly (the
-                # late layers of a CNN: a 7x7 output but 512 channels): then the row tiles.
-                done = other_work >= PARALLEL_BALANCED and \
-                    _parallelize_names(schedule, others, parallel_worthy)
-                if parallel_worthy and not done and _extent(row) // rows >= 2:
-                    schedule.parallel(row_tiles)
-                continue
-            schedule.reorder(*outer_names, *reduce_names, inner_name)
-            _parallelize_names(schedule, outer_names, parallel_worthy)
-            if _extent(inner) >= 4:
-                schedule.vectorize(inner_name)
-            continue
-        if parallel_worthy and _independent(chain[0]):
-            name, extent = chain[0].var.name, _extent(chain[0])
-            for following in chain[1:-1]:
-                if extent >= PARALLEL_MIN_OUTER or not _independent(following):
-                    break
-                name = schedule.fuse(name, following.var.name)
-                extent *= _extent(following)
-            if extent >= 2:
-                schedule.parallel(name)
-        if vectorizable:
-            schedule.vectorize(innermost.var.name)
+        if dict(nest.annotations).get("accumulation") == "update":
+            _schedule_nest(schedule, nest, target, fuse_passes=True)
+    for nest in loop_nests(schedule.func.body):
+        if not any(isinstance(n, For) and dict(n.annotations).get("tiled")
+                   for n in walk(nest)):
+            _schedule_nest(schedule, nest, target, fuse_passes=False)
     return schedule.func
+
+
+def _schedule_nest(schedule: Schedule, nest: For, target: Target, fuse_passes: bool) -> None:
+    chain = perfect_chain(nest)
+    innermost = chain[-1]
+    vectorizable = isinstance(innermost.body, Store) and _extent(innermost) >= 4 and \
+        _independent(innermost)
+    parallel_worthy = _work(nest) >= PARALLEL_MIN_WORK
+    if len(chain) == 1:
+        name = innermost.var.name
+        if parallel_worthy and _extent(innermost) >= 2 * CHUNK and vectorizable:
+            outer, inner = schedule.split(name, CHUNK, tail="peel")
+            schedule.parallel(outer)
+            schedule.vectorize(inner)
+            if _extent(innermost) % CHUNK:
+                schedule.vectorize(f"{name}_t")
+        elif vectorizable:
+            schedule.vectorize(name)
+        return
+    reduce_loops = [l for l in chain if is_reduction_loop(l)]
+    spatial = [l for l in chain if not is_reduction_loop(l)]
+    if reduce_loops and spatial and isinstance(innermost.body, Store):
+        # Accumulation into the output (lowering chose it because the innermost output
+        # loop walks memory contiguously): move the reduction loops outside that loop and
+        # vectorize it.
+        row = _register_tile_row(chain, spatial, reduce_loops, spatial[-1])
+        if fuse_passes and row is None:
+            return  # not tiled: scheduled with its init and epilogue passes, as they are
+        inner = spatial[-1]
+        outer_names = [l.var.name for l in spatial[:-1]]
+        inner_name = inner.var.name
+        if _extent(inner) >= 2 * COLUMN_BLOCK and _extent(inner) % COLUMN_BLOCK == 0:
+            # Column blocks outermost: a block of the reused operand (a matrix product's
+            # B) stays in cache while every row accumulates against it.
+            block, inner_name = schedule.split(inner_name, COLUMN_BLOCK)
+            outer_names = [block] + outer_names
+        reduce_names = [l.var.name for l in reduce_loops]
+        if row is not None:
+            # Register tiling: a rows x cols tile of the output accumulates in registers
+            # across the reduction loops (see schedule/tiling.py).
+            col_extent = _extent(schedule.get_loop(inner_name))
+            rows, cols = _register_tile_shape(col_extent, target.lanes_for(
+                innermost.body.buffer.dtype))
+            others = [n for n in outer_names if n != row.var.name]
+            schedule.reorder(*others, row.var.name, *reduce_names, inner_name)
+            row_tiles, _ = schedule.cache_accumulator(row.var.name, inner_name, rows, cols,
+                                                      fuse_passes=fuse_passes)
+            other_work = 1
+            for name in others:
+                other_work *= _extent(schedule.get_loop(name))
+            # Parallelize the outer loops, unless they are too few to share evenly (the
+            # late layers of a CNN: a 7x7 output but 512 channels): then the row tiles.
+            done = other_work >= PARALLEL_BALANCED and \
+                _parallelize_names(schedule, others, parallel_worthy)
+            if parallel_worthy and not done and _extent(row) // rows >= 2:
+                schedule.parallel(row_tiles)
+            return
+        schedule.reorder(*outer_names, *reduce_names, inner_name)
+        _parallelize_names(schedule, outer_names, parallel_worthy)
+        if _extent(inner) >= 4:
+            schedule.vectorize(inner_name)
+        return
+    if parallel_worthy and _independent(chain[0]):
+        name, extent = chain[0].var.name, _extent(chain[0])
+        for following in chain[1:-1]:
+            if extent >= PARALLEL_MIN_OUTER or not _independent(following):
+                break
+            name = schedule.fuse(name, following.var.name)
+            extent *= _extent(following)
+        if extent >= 2:
+            schedule.parallel(name)
+    if vectorizable:
+        schedule.vectorize(innermost.var.name)
 
 
 def _independent(loop: For) -> bool:

@@ -210,15 +210,17 @@ class Schedule:
         self._set_kind(name, ForKind.UNROLLED)
         self._record("unroll", name)
 
-    def cache_accumulator(self, row: str, col: str, rows: int, cols: int) -> tuple[str, str]:
+    def cache_accumulator(self, row: str, col: str, rows: int, cols: int,
+                          fuse_passes: bool = False) -> tuple[str, str]:
         """Register-tile the accumulation nest ``row`` / reduction loops / ``col``: tiles of
         ``rows`` x ``cols`` output elements accumulate in a ``local`` buffer (loaded from the
         output before the reduction loops, stored back after them); tails are peeled.
-        Returns the row-tile and column-tile loops (``row_o``, ``col_o``); see
+        ``fuse_passes`` folds lowering's init and epilogue passes into the tiles.  Returns
+        the row-tile and column-tile loops (``row_o``, ``col_o``); see
         :mod:`ember.schedule.tiling`."""
         from ember.schedule.tiling import cache_accumulator
 
-        return cache_accumulator(self, row, col, rows, cols)
+        return cache_accumulator(self, row, col, rows, cols, fuse_passes)
 
 
 def _const_extent(loop: For, func_name: str) -> int:

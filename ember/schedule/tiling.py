@@ -69,10 +69,16 @@ def affine_coefficients(expr: Expr) -> dict[Var | None, int] | None:
     return None
 
 
-def cache_accumulator(schedule: "Schedule", row: str, col: str, rows: int,
-                      cols: int) -> tuple[str, str]:
+def cache_accumulator(schedule: "Schedule", row: str, col: str, rows: int, cols: int,
+                      fuse_passes: bool = False) -> tuple[str, str]:
     """Rewrite the nest ``row`` / reduction loops / ``col`` (see the module docstring).
-    Returns the names of the row-tile and column-tile loops."""
+    Returns the names of the row-tile and column-tile loops.
+
+    With ``fuse_passes``, a nest that lowering emitted as an accumulation (an ``init`` pass
+    over the output, this update, an ``epilogue`` pass: see ``lower._lower_reduction_into_
+    output``) becomes one pass: each tile starts from the initial value instead of loading
+    the output, and stores the epilogue of the accumulated value (a bias, an activation, a
+    residual) instead of the raw sum; the init and epilogue passes are removed."""
     from ember.schedule.primitives import ScheduleError, _const_extent, is_reduction_loop
 
     fname = schedule.func.name
@@ -119,6 +125,11 @@ def cache_accumulator(schedule: "Schedule", row: str, col: str, rows: int,
     if not cr or not cc or not (cr >= cc * col_extent or cc >= cr * row_extent):
         raise fail(f"the index of '{out.name}' does not map ({row}, {col}) one-to-one")
 
+    notes = dict(reduce_loops[0].annotations)
+    in_scope = set(schedule.loops())
+    init_value = notes.get("accumulate_init") if fuse_passes else None
+    epilogue = notes.get("accumulate_epilogue") if fuse_passes else None
+    result = notes.get("accumulate_result")
     ro, co = f"{row}_o", f"{col}_o"
     phase_names = [f"{n}_{p}" for p in ("l", "i", "s") for n in (row, col)]
     schedule._check_new_names("cache_accumulator", row, ro, co, *phase_names)
@@ -141,7 +152,8 @@ def cache_accumulator(schedule: "Schedule", row: str, col: str, rows: int,
                        inner)
 
         out_index, acc_index, _ = at("l")
-        load = tile_loops("l", Store(acc, acc_index, Load(out, out_index)))
+        start = init_value if init_value is not None else Load(out, out_index)
+        load = tile_loops("l", Store(acc, acc_index, start))
         out_index, acc_index, mapping = at("i")
         value = substitute(store.value, mapping)
         value = rewrite(value, lambda n: Load(acc, acc_index)
@@ -149,8 +161,15 @@ def cache_accumulator(schedule: "Schedule", row: str, col: str, rows: int,
         update: Stmt = tile_loops("i", Store(acc, acc_index, simplify(value)))
         for l in reversed(reduce_loops):
             update = replace(l, body=update)
-        out_index, acc_index, _ = at("s")
-        save = tile_loops("s", Store(out, out_index, Load(acc, acc_index)))
+        out_index, acc_index, mapping = at("s")
+        value: Expr = Load(acc, acc_index)
+        if epilogue is not None:
+            value = simplify(substitute(epilogue, {**mapping, result: value}))
+            stale = {n.name for n in walk(value) if isinstance(n, Var)} - in_scope - {
+                r_vars["s"].name, c_vars["s"].name, ro, co}
+            if stale:
+                raise fail(f"the epilogue refers to loops that no longer exist: {sorted(stale)}")
+        save = tile_loops("s", Store(out, out_index, value))
         return Allocate(acc, seq(load, update, save))
 
     full_rows, rem_rows = divmod(row_extent, rows)
@@ -166,10 +185,34 @@ def cache_accumulator(schedule: "Schedule", row: str, col: str, rows: int,
         return seq(*parts)
 
     new: Stmt = For(ro_var, Const(0, INDEX), Const(full_rows, INDEX), row_loop.kind,
-                    row_of_tiles(ro_var * rows, rows))
+                    row_of_tiles(ro_var * rows, rows), annotations=(("tiled", True),))
     if rem_rows:
         tail = row_of_tiles(Const(full_rows * rows, INDEX), rem_rows)
         new = seq(new, schedule._rename_copied_loops(tail))
     schedule._replace_loop(row, new)
-    schedule._record("cache_accumulator", row, col, rows, cols)
+    if fuse_passes:
+        _drop_accumulation_passes(schedule, ro)
+    schedule._record("cache_accumulator", row, col, rows, cols, fuse_passes)
     return ro, co
+
+
+def _drop_accumulation_passes(schedule: "Schedule", tiled_loop: str) -> None:
+    """Remove the ``init`` and ``epilogue`` passes beside the top-level nest holding
+    ``tiled_loop`` (they were folded into its tiles)."""
+    from ember.ir.loop.stmt import Seq
+
+    body = schedule.func.body
+    if not isinstance(body, Seq):
+        return
+    stmts = list(body.stmts)
+    position = next(i for i, s in enumerate(stmts)
+                    if any(isinstance(n, For) and n.var.name == tiled_loop for n in walk(s)))
+
+    def role(i: int) -> object:
+        node = stmts[i] if 0 <= i < len(stmts) else None
+        return dict(node.annotations).get("accumulation") if isinstance(node, For) else None
+
+    drop = {i for i, wanted in ((position - 1, "init"), (position + 1, "epilogue"))
+            if role(i) == wanted}
+    schedule.func = schedule.func.with_body(seq(*[s for i, s in enumerate(stmts)
+                                                   if i not in drop]))

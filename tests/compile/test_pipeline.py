@@ -149,24 +149,34 @@ def test_opt_levels_apply_their_passes_and_agree(opt_level):
         assert "graph passes: " in module.report()
     else:
         assert ops[:2] == ["Conv", "BatchNormalization"] and "Pad" not in ops
-        assert passes == ([] if opt_level == 0 else ["fold_constants", "eliminate_dead_code"])
+        assert passes == ([] if opt_level == 0 else
+                          ["fold_constants", "simplify", "eliminate_common_subexpressions",
+                           "eliminate_dead_code", "fuse"])
 
 
 def test_workspace_reuses_memory_along_a_chain():
-    # Eight 4 KiB intermediates, each dead after the next node: two slots are enough.
+    # Eight 4 KiB intermediates, each dead after the next node: every elementwise kernel
+    # writes over its dead input, so one slot is enough (two without in-place reuse).
     nodes, previous = [], "x"
     for index in range(8):
         nodes.append(helper.make_node("Relu" if index % 2 else "Neg", [previous], [f"t{index}"]))
         previous = f"t{index}"
     nodes.append(helper.make_node("Abs", [previous], ["y"]))
     model = _model(nodes, [_vi("x", F32, [32, 32])], [_vi("y")])
-    module = ember.compile(model)
-    assert module.build.workspace_size == 2 * 32 * 32 * 4
+    module = ember.compile(model, opt_level=0)  # one kernel per node
+    assert module.build.workspace_size == 32 * 32 * 4
+    assert len(module.build.memory.in_place) == 7  # t1..t7 over their inputs
     x = RNG.standard_normal((32, 32)).astype(np.float32)
     expected = x
     for index in range(8):
         expected = np.maximum(expected, 0) if index % 2 else -expected
     np.testing.assert_array_equal(module(x), np.abs(expected))
+    fused = ember.compile(model, opt_level=1)  # the chain is one kernel: no arena values
+    assert len(fused.build.kernels) == 1
+    # Relu reads its input twice (select(x < 0, 0, x)): inlining eight of them would repeat
+    # the first Neg 2^7 times, so the inliner materializes one stage in kernel scratch.
+    assert fused.build.workspace_size <= 32 * 32 * 4
+    np.testing.assert_array_equal(fused(x), np.abs(expected))
 
 
 # ---------------------------------------------------------------------- fallbacks

@@ -601,10 +601,12 @@ def run(func: PrimFunc, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] 
 
 def run_outputs(func: PrimFunc, inputs: Sequence[np.ndarray],
                 check_independence: bool = True) -> list[np.ndarray]:
-    """Execute a lowered kernel (inputs first, then outputs); returns the outputs in order."""
+    """Execute a lowered kernel (inputs first, then outputs, then scratch buffers, whose
+    count the ``scratch`` attribute gives); returns the outputs in order."""
     results = run(func, list(inputs), check_independence=check_independence)
     names = [p.name for p in func.params if isinstance(p, Buffer)][len(inputs):]
-    return [results[n] for n in names]
+    scratch = int(func.attr("scratch", 0))
+    return [results[n] for n in (names[:len(names) - scratch] if scratch else names)]
 
 
 def eval_expr(e: Expr, env: Mapping[str, object] | None = None,

@@ -30,14 +30,14 @@ F32, I32, I8 = DType.FLOAT32, DType.INT32, DType.INT8
 def test_matmul_accumulates_into_the_output_with_annotated_reduction_loops():
     expect(CASES["matmul"]().lower(), """
         func matmul(a: f32[5, 7], b: f32[7, 9], out0: f32[5, 9]) {
-          for i0 in [0, 5) {
+          for i0 in [0, 5) @accumulation=init {
             for i1 in [0, 9) {
               out0[(i0 * 9) + i1] = 0.0f
             }
           }
-          for i2 in [0, 5) {
+          for i2 in [0, 5) @accumulation=update {
             for i3 in [0, 9) {
-              for i4 in [0, 7) @reduce=True {
+              for i4 in [0, 7) @reduce=True @accumulate_init=0.0f {
                 out0[(i2 * 9) + i3] = out0[(i2 * 9) + i3] + (a[(i2 * 7) + i4] * b[(i4 * 9) + i3])
               }
             }
@@ -46,28 +46,30 @@ def test_matmul_accumulates_into_the_output_with_annotated_reduction_loops():
     """)
 
 
-def test_convolution_epilogue_is_a_last_elementwise_pass():
+def test_convolution_epilogue_is_a_last_elementwise_pass_and_an_annotation():
+    # Unscheduled, the epilogue is its own pass over the output; the annotations on the
+    # reduction loop let cache_accumulator apply it to the register tile before the store.
     x, w, b = placeholder((2, 8), F32, "x"), placeholder((3, 2, 3), F32, "w"), \
         placeholder((3,), F32, "b")
     c, k = reduce_axis(2, "c"), reduce_axis(3, "k")
     y = compute((3, 6), lambda o, i: reduce_sum(x[c, i + k] * w[o, c, k], (c, k)) + b[o], "cv")
     expect(lower_compute("conv1d", [x, w, b], [y]), """
         func conv1d(x: f32[2, 8], w: f32[3, 2, 3], b: f32[3], out0: f32[3, 6]) {
-          for i0 in [0, 3) {
+          for i0 in [0, 3) @accumulation=init {
             for i1 in [0, 6) {
               out0[(i0 * 6) + i1] = 0.0f
             }
           }
-          for i2 in [0, 3) {
+          for i2 in [0, 3) @accumulation=update {
             for i3 in [0, 6) {
-              for i4 in [0, 2) @reduce=True {
+              for i4 in [0, 2) @reduce=True @accumulate_init=0.0f @accumulate_epilogue=acc + b[i2] @accumulate_result=acc {
                 for i5 in [0, 3) @reduce=True {
                   out0[(i2 * 6) + i3] = out0[(i2 * 6) + i3] + (x[(i4 * 8) + (i3 + i5)] * w[((i2 * 6) + (i4 * 3)) + i5])
                 }
               }
             }
           }
-          for i6 in [0, 3) {
+          for i6 in [0, 3) @accumulation=epilogue {
             for i7 in [0, 6) {
               out0[(i6 * 6) + i7] = out0[(i6 * 6) + i7] + b[i6]
             }
@@ -91,36 +93,36 @@ def test_row_reduction_uses_a_scalar_accumulator_and_applies_the_epilogue():
     """)
 
 
-def test_multi_stage_compute_keeps_intermediate_stages_in_local_buffers():
+def test_multi_stage_compute_keeps_intermediate_stages_in_scratch_buffers():
+    """Stages read at other indices than their own (a row maximum) or read twice and
+    expensive to recompute (exp) are materialized in scratch parameters, which the caller
+    places in the workspace arena; the reduction accumulators stay in registers."""
     expect(CASES["softmax"]().lower(), """
-        func softmax(x: f32[5, 11], out0: f32[5, 11]) {
-          alloc t0: f32[5] local
-          alloc t1: f32[5, 11] local
-          alloc t2: f32[5] local
+        func softmax(x: f32[5, 11], out0: f32[5, 11], scratch0: f32[5], scratch1: f32[5, 11], scratch2: f32[5]) {
           for i0 in [0, 5) {
-            alloc t3: f32[1] local
-            t3[0] = -inff
+            alloc t0: f32[1] local
+            t0[0] = -inff
             for i1 in [0, 11) {
-              t3[0] = max(t3[0], x[(i0 * 11) + i1])
+              t0[0] = max(t0[0], x[(i0 * 11) + i1])
             }
-            t0[i0] = t3[0]
+            scratch0[i0] = t0[0]
           }
           for i2 in [0, 5) {
             for i3 in [0, 11) {
-              t1[(i2 * 11) + i3] = exp((x[(i2 * 11) + i3] - t0[i2]))
+              scratch1[(i2 * 11) + i3] = exp((x[(i2 * 11) + i3] - scratch0[i2]))
             }
           }
           for i4 in [0, 5) {
-            alloc t4: f32[1] local
-            t4[0] = 0.0f
+            alloc t1: f32[1] local
+            t1[0] = 0.0f
             for i5 in [0, 11) {
-              t4[0] = t4[0] + t1[(i4 * 11) + i5]
+              t1[0] = t1[0] + scratch1[(i4 * 11) + i5]
             }
-            t2[i4] = t4[0]
+            scratch2[i4] = t1[0]
           }
           for i6 in [0, 5) {
             for i7 in [0, 11) {
-              out0[(i6 * 11) + i7] = t1[(i6 * 11) + i7] / t2[i6]
+              out0[(i6 * 11) + i7] = scratch1[(i6 * 11) + i7] / scratch2[i6]
             }
           }
         }

@@ -11,6 +11,7 @@ from ember.core.errors import VerificationError
 from ember.frontend.onnx import import_onnx
 from ember.ir.graph import Graph
 from ember.passes import pipeline
+from ember.passes.context import graph_pass
 from ember.passes.specialize import specialize
 
 
@@ -41,7 +42,8 @@ def retype_a_constant(graph: Graph) -> int:
     (retype_a_constant, "value 'a' is defined twice: by a constant and by node 'relu'"),
 ])
 def test_a_pass_that_breaks_the_graph_is_named(monkeypatch, broken, fragment):
-    monkeypatch.setitem(pipeline.PASSES_BY_LEVEL, 1, [broken])
+    monkeypatch.setitem(pipeline.PIPELINES, 1,
+                        pipeline.Pipeline("broken", (graph_pass(broken),)))
     with pytest.raises(VerificationError) as info:
         pipeline.optimize(_graph(), 1)
     message = str(info.value)
@@ -53,4 +55,4 @@ def test_correct_passes_verify_cleanly():
     graph = _graph()
     log: list[str] = []
     pipeline.optimize(graph, 2, log)
-    assert [entry.split(":")[0] for entry in log] == [p.__name__ for p in pipeline.passes_for(2)]
+    assert [entry.split(":")[0] for entry in log] == [p.name for p in pipeline.passes_for(2)]

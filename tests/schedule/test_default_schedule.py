@@ -44,13 +44,13 @@ def small_thresholds(monkeypatch):
 def test_small_matmul_moves_the_reduction_out_and_vectorizes_the_output_loop():
     expect(default_schedule(CASES["matmul"]().lower(), TARGET), """
         func matmul(a: f32[5, 7], b: f32[7, 9], out0: f32[5, 9]) {
-          for i0 in [0, 5) {
+          for i0 in [0, 5) @accumulation=init {
             vectorized for i1 in [0, 9) {
               out0[(i0 * 9) + i1] = 0.0f
             }
           }
-          for i2 in [0, 5) {
-            for i4 in [0, 7) @reduce=True {
+          for i2 in [0, 5) @accumulation=update {
+            for i4 in [0, 7) @reduce=True @accumulate_init=0.0f {
               vectorized for i3 in [0, 9) {
                 out0[(i2 * 9) + i3] = out0[(i2 * 9) + i3] + (a[(i2 * 7) + i4] * b[(i4 * 9) + i3])
               }
@@ -66,13 +66,13 @@ def test_large_matmul_runs_its_rows_in_parallel():
     c = compute((64, 48), lambda i, j: reduce_sum(a[i, k] * b[k, j], k), "mm")
     expect(default_schedule(lower_compute("mm", [a, b], [c]), TARGET), """
         func mm(a: f32[64, 32], b: f32[32, 48], out0: f32[64, 48]) {
-          for i0 in [0, 64) {
+          for i0 in [0, 64) @accumulation=init {
             vectorized for i1 in [0, 48) {
               out0[(i0 * 48) + i1] = 0.0f
             }
           }
-          parallel for i2 in [0, 64) {
-            for i4 in [0, 32) @reduce=True {
+          parallel for i2 in [0, 64) @accumulation=update {
+            for i4 in [0, 32) @reduce=True @accumulate_init=0.0f {
               vectorized for i3 in [0, 48) {
                 out0[(i2 * 48) + i3] = out0[(i2 * 48) + i3] + (a[(i2 * 32) + i4] * b[(i4 * 48) + i3])
               }
@@ -136,34 +136,31 @@ def test_flat_loop_is_split_into_parallel_chunks_with_a_vectorized_tail():
 
 def test_row_reductions_keep_their_accumulator_loop_serial():
     expect(default_schedule(CASES["softmax"]().lower(), TARGET), """
-        func softmax(x: f32[5, 11], out0: f32[5, 11]) {
-          alloc t0: f32[5] local
-          alloc t1: f32[5, 11] local
-          alloc t2: f32[5] local
+        func softmax(x: f32[5, 11], out0: f32[5, 11], scratch0: f32[5], scratch1: f32[5, 11], scratch2: f32[5]) {
           for i0 in [0, 5) {
-            alloc t3: f32[1] local
-            t3[0] = -inff
+            alloc t0: f32[1] local
+            t0[0] = -inff
             for i1 in [0, 11) {
-              t3[0] = max(t3[0], x[(i0 * 11) + i1])
+              t0[0] = max(t0[0], x[(i0 * 11) + i1])
             }
-            t0[i0] = t3[0]
+            scratch0[i0] = t0[0]
           }
           for i2 in [0, 5) {
             vectorized for i3 in [0, 11) {
-              t1[(i2 * 11) + i3] = exp((x[(i2 * 11) + i3] - t0[i2]))
+              scratch1[(i2 * 11) + i3] = exp((x[(i2 * 11) + i3] - scratch0[i2]))
             }
           }
           for i4 in [0, 5) {
-            alloc t4: f32[1] local
-            t4[0] = 0.0f
+            alloc t1: f32[1] local
+            t1[0] = 0.0f
             for i5 in [0, 11) {
-              t4[0] = t4[0] + t1[(i4 * 11) + i5]
+              t1[0] = t1[0] + scratch1[(i4 * 11) + i5]
             }
-            t2[i4] = t4[0]
+            scratch2[i4] = t1[0]
           }
           for i6 in [0, 5) {
             vectorized for i7 in [0, 11) {
-              out0[(i6 * 11) + i7] = t1[(i6 * 11) + i7] / t2[i6]
+              out0[(i6 * 11) + i7] = scratch1[(i6 * 11) + i7] / scratch2[i6]
             }
           }
         }

@@ -199,14 +199,14 @@ def test_primitives_do_not_create_a_loop_name_that_exists():
 
 MATMUL_BEFORE = """
     func matmul(a: f32[5, 7], b: f32[7, 9], out0: f32[5, 9]) {
-      for i0 in [0, 5) {
+      for i0 in [0, 5) @accumulation=init {
         for i1 in [0, 9) {
           out0[(i0 * 9) + i1] = 0.0f
         }
       }
-      for i2 in [0, 5) {
+      for i2 in [0, 5) @accumulation=update {
         for i3 in [0, 9) {
-          for i4 in [0, 7) @reduce=True {
+          for i4 in [0, 7) @reduce=True @accumulate_init=0.0f {
             out0[(i2 * 9) + i3] = out0[(i2 * 9) + i3] + (a[(i2 * 7) + i4] * b[(i4 * 9) + i3])
           }
         }
@@ -221,13 +221,13 @@ def test_reorder_moves_the_reduction_loop_outwards():
     s.reorder("i2", "i4", "i3")
     expect(s.func, """
         func matmul(a: f32[5, 7], b: f32[7, 9], out0: f32[5, 9]) {
-          for i0 in [0, 5) {
+          for i0 in [0, 5) @accumulation=init {
             for i1 in [0, 9) {
               out0[(i0 * 9) + i1] = 0.0f
             }
           }
-          for i2 in [0, 5) {
-            for i4 in [0, 7) @reduce=True {
+          for i2 in [0, 5) @accumulation=update {
+            for i4 in [0, 7) @reduce=True @accumulate_init=0.0f {
               for i3 in [0, 9) {
                 out0[(i2 * 9) + i3] = out0[(i2 * 9) + i3] + (a[(i2 * 7) + i4] * b[(i4 * 9) + i3])
               }
@@ -246,13 +246,13 @@ def test_fuse_and_loop_kinds():
     s.parallel("i0")
     expect(s.func, """
         func matmul(a: f32[5, 7], b: f32[7, 9], out0: f32[5, 9]) {
-          parallel for i0 in [0, 5) {
+          parallel for i0 in [0, 5) @accumulation=init {
             vectorized for i1 in [0, 9) {
               out0[(i0 * 9) + i1] = 0.0f
             }
           }
           parallel for i2_i3_f in [0, 45) {
-            unrolled for i4 in [0, 7) @reduce=True {
+            unrolled for i4 in [0, 7) @reduce=True @accumulate_init=0.0f {
               out0[((i2_i3_f // 9) * 9) + (i2_i3_f %% 9)] = out0[((i2_i3_f // 9) * 9) + (i2_i3_f %% 9)] + (a[((i2_i3_f // 9) * 7) + i4] * b[(i4 * 9) + (i2_i3_f %% 9)])
             }
           }

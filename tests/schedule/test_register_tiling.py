@@ -56,12 +56,12 @@ def test_printed_tile_of_a_small_matmul():
     assert s.cache_accumulator("i2", "i3", 2, 4) == ("i2_o", "i3_o")
     assert str(s.func) == textwrap.dedent("""
         func mm(a: f32[4, 3], b: f32[3, 8], out0: f32[4, 8]) {
-          for i0 in [0, 4) {
+          for i0 in [0, 4) @accumulation=init {
             for i1 in [0, 8) {
               out0[(i0 * 8) + i1] = 0.0f
             }
           }
-          for i2_o in [0, 2) {
+          for i2_o in [0, 2) @tiled=True {
             for i3_o in [0, 2) {
               alloc out0_acc: f32[2, 4] local
               unrolled for i2_l in [0, 2) {
@@ -69,7 +69,7 @@ def test_printed_tile_of_a_small_matmul():
                   out0_acc[(i2_l * 4) + i3_l] = out0[(((i2_o * 2) + i2_l) * 8) + ((i3_o * 4) + i3_l)]
                 }
               }
-              for i4 in [0, 3) @reduce=True {
+              for i4 in [0, 3) @reduce=True @accumulate_init=0.0f {
                 unrolled for i2_i in [0, 2) {
                   vectorized for i3_i in [0, 4) {
                     out0_acc[(i2_i * 4) + i3_i] = out0_acc[(i2_i * 4) + i3_i] + (a[(((i2_o * 2) + i2_i) * 3) + i4] * b[(i4 * 8) + ((i3_o * 4) + i3_i)])
@@ -85,7 +85,33 @@ def test_printed_tile_of_a_small_matmul():
           }
         }
     """).strip()  # noqa: E501
-    assert str(s.trace) == "reorder('i2', 'i4', 'i3')\ncache_accumulator('i2', 'i3', 2, 4)"
+    assert str(s.trace) == "reorder('i2', 'i4', 'i3')\ncache_accumulator('i2', 'i3', 2, 4, False)"
+
+
+def test_fused_passes_start_the_tile_at_the_initial_value():
+    # With fuse_passes the init pass over the output disappears: the tile starts at 0.
+    func, _ = matmul(4, 3, 8)
+    s = Schedule(func)
+    s.reorder("i2", "i4", "i3")
+    s.cache_accumulator("i2", "i3", 2, 4, fuse_passes=True)
+    text = str(s.func)
+    assert "@accumulation=init" not in text
+    assert "out0_acc[(i2_l * 4) + i3_l] = 0.0f" in text
+    assert "= out0[" not in text  # the output is written once, never read back
+
+
+@pytest.mark.parametrize("rows,cols", [(2, 4), (3, 3), (1, 5)])
+def test_fused_passes_apply_the_epilogue_to_the_tile_before_the_store(rows, cols):
+    case = CASES["conv"]()  # convolution + bias: init, update and epilogue passes
+    func = case.lower()
+    s = Schedule(func)
+    s.reorder("i4", "i6", "i5", "i8", "i9", "i10", "i7")
+    s.cache_accumulator("i5", "i7", rows, cols, fuse_passes=True)
+    verify_func(s.func)
+    text = str(s.func)
+    assert "@accumulation=init" not in text and "@accumulation=epilogue" not in text
+    case.check(run_outputs(s.func, case.arrays))
+    assert s.trace.replay(func).func == s.func
 
 
 # ----------------------------------------------------------------------------- semantics

@@ -216,6 +216,32 @@ class Load(Expr):
 
 
 @dataclass(frozen=True, eq=True)
+class BufferLoad(Expr):
+    """``buffer[i0, i1, ...]``: an element of an N-d buffer by per-axis indices.
+
+    Compute definitions read tensors this way, and indices stay N-d until lowering is done
+    with them: inlining one stage into another substitutes per-axis indices, and the layout
+    of the buffer (its strides) is applied only when lowering flattens the access into a
+    :class:`Load` (``ember.lower.flatten``).  With ``flat`` the single index counts elements
+    in row-major order, whatever the rank (a reshape reads its input that way).  ``mask`` as
+    for Load: lanes where it is false are never read.
+    """
+
+    buffer: "Buffer"
+    indices: tuple[Expr, ...]
+    mask: Expr | None = None
+    flat: bool = False
+
+    @property
+    def dtype(self) -> DType:
+        return self.buffer.dtype
+
+    @property
+    def lanes(self) -> int:
+        return 1
+
+
+@dataclass(frozen=True, eq=True)
 class Ramp(Expr):
     """The index vector ``base + stride * [0, 1, ..., lanes-1]``."""
 

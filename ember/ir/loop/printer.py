@@ -10,8 +10,8 @@
 from __future__ import annotations
 
 from ember.ir.loop.buffer import Buffer
-from ember.ir.loop.expr import (Binary, Broadcast, Call, Cast, Const, Expr, Load, Ramp, Select,
-                                Unary, Var)
+from ember.ir.loop.expr import (Binary, Broadcast, BufferLoad, Call, Cast, Const, Expr, Load,
+                                Ramp, Select, Unary, Var)
 from ember.ir.loop.stmt import (Allocate, Evaluate, For, ForKind, IfThenElse, LetStmt, PrimFunc,
                                 Seq, Stmt, Store)
 
@@ -43,6 +43,10 @@ def format_expr(e: Expr) -> str:
     if isinstance(e, Load):
         mask = f" if {format_expr(e.mask)}" if e.mask is not None else ""
         return f"{e.buffer.name}[{_strip(format_expr(e.index))}{mask}]"
+    if isinstance(e, BufferLoad):
+        mask = f" if {format_expr(e.mask)}" if e.mask is not None else ""
+        indices = ", ".join(_strip(format_expr(i)) for i in e.indices)
+        return f"{e.buffer.name}[{'flat ' if e.flat else ''}{indices}{mask}]"
     if isinstance(e, Ramp):
         return f"ramp({format_expr(e.base)}, {format_expr(e.stride)}, {e.lanes})"
     if isinstance(e, Broadcast):
@@ -81,7 +85,8 @@ def format_stmt(s: Stmt, indent: str = "") -> str:
         return "\n".join(format_stmt(x, indent) for x in s.stmts)
     if isinstance(s, For):
         kind = "" if s.kind is ForKind.SERIAL else s.kind.value + " "
-        notes = "".join(f" @{k}={v}" for k, v in s.annotations)
+        notes = "".join(f" @{k}={_strip(format_expr(v)) if isinstance(v, Expr) else v}"
+                        for k, v in s.annotations)
         start = format_expr(s.start)
         end = format_expr(s.extent) if start == "0" else f"{start} + {format_expr(s.extent)}"
         return (f"{indent}{kind}for {s.var.name} in [{start}, {_strip(end)}){notes} {{\n"

@@ -12,7 +12,8 @@ from __future__ import annotations
 from ember.core.dtypes import DType
 from ember.core.errors import VerificationError
 from ember.ir.loop.buffer import Buffer
-from ember.ir.loop.expr import Binary, Broadcast, Call, Cast, Const, Expr, Load, Ramp, Select, Unary, Var
+from ember.ir.loop.expr import (Binary, Broadcast, BufferLoad, Call, Cast, Const, Expr, Load, Ramp,
+                                Select, Unary, Var)
 from ember.ir.loop.stmt import (Allocate, Evaluate, For, IfThenElse, LetStmt, PrimFunc, Seq, Stmt,
                                 Store)
 
@@ -112,6 +113,9 @@ class _Checker:
                 raise self.fail(f"load from '{e.buffer.name}' has a non-integer index")
             if e.mask is not None:
                 self.expr(e.mask, scope, buffers)
+        elif isinstance(e, BufferLoad):
+            raise self.fail(f"N-d access {e.buffer.name}[...] was not flattened (lowering "
+                            f"flattens every BufferLoad into a Load)")
         elif isinstance(e, Ramp):
             self.expr(e.base, scope, buffers)
             self.expr(e.stride, scope, buffers)

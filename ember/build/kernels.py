@@ -1,0 +1,90 @@
+"""Give every fused group an implementation: one compiled kernel, or a host call.
+
+A group lowers to one PrimFunc (``ember.lower.group``), which the default schedule then makes
+parallel and vectorized.  Should a group of several nodes fail to lower -- a combination the
+compute definitions do not compose for -- it is split into its nodes, each lowered alone, so
+a fusion decision never costs more than the fusion.  A node that does not compile at all runs
+its numpy reference through the ``host`` callback (reported with its reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ember.codegen.c_names import c_identifier
+from ember.core.errors import EmberError
+from ember.ir.graph import FusedGroup, Graph, Node
+from ember.ir.loop.stmt import PrimFunc
+from ember.lower.group import lower_group
+from ember.ops.registry import NoCompute
+from ember.passes.fuse import NodeSupport
+
+
+@dataclass
+class KernelImpl:
+    """How one step of ``ember_run`` runs: ``kernel`` (a compiled fused group) or ``host``
+    (one node's numpy reference, called back).  ``index`` is the step's position, which names
+    it in run-time statuses and in the manifest."""
+
+    index: int
+    group: FusedGroup
+    kind: str
+    func: PrimFunc | None = None
+    reason: str = ""
+    # (group input position, low, high, node): range checks to run before the kernel
+    index_checks: list[tuple[int, int, int, Node]] = field(default_factory=list)
+
+    @property
+    def node(self) -> Node:
+        """The node of a single-node step (every host step is one)."""
+        return self.group.nodes[0]
+
+    @property
+    def nodes(self) -> list[Node]:
+        return self.group.nodes
+
+    @property
+    def scratch(self) -> int:
+        """How many scratch buffers the kernel takes after its outputs."""
+        return int(self.func.attr("scratch", 0)) if self.func is not None else 0
+
+
+def implement_groups(graph: Graph, groups: list[FusedGroup],
+                     support: dict[int, NodeSupport]) -> list[KernelImpl]:
+    """One implementation per group, in order (groups that fail to lower are split)."""
+    impls: list[KernelImpl] = []
+    for group in groups:
+        for part in _implement(graph, group, support, len(impls)):
+            part.index = len(impls)
+            impls.append(part)
+    return impls
+
+
+def _implement(graph: Graph, group: FusedGroup, support: dict[int, NodeSupport],
+               index: int) -> list[KernelImpl]:
+    if len(group.nodes) == 1 and not support[id(group.nodes[0])].kernel:
+        return [KernelImpl(index, group, "host", reason=support[id(group.nodes[0])].reason)]
+    try:
+        lowered = lower_group(group, graph, _kernel_name(index, group))
+    except (NoCompute, EmberError) as error:
+        if len(group.nodes) == 1:
+            return [KernelImpl(index, group, "host",
+                               reason=f"compute does not cover this configuration ({error})")]
+        return [impl for node in group.nodes
+                for impl in _implement(graph, _single(graph, node), support, index)]
+    return [KernelImpl(index, group, "kernel", func=lowered.func,
+                       index_checks=list(lowered.index_checks))]
+
+
+def _kernel_name(index: int, group: FusedGroup) -> str:
+    master = next((n for n in group.nodes if n.name == group.master), group.nodes[-1])
+    suffix = "_fused" if len(group.nodes) > 1 else ""
+    return f"k{index}_{c_identifier(master.op).lower()}{suffix}"
+
+
+def _single(graph: Graph, node: Node) -> FusedGroup:
+    from ember.passes.fuse import singleton_groups
+
+    one = Graph(graph.name, list(graph.inputs), list(graph.outputs), graph.nodes,
+                graph.types, graph.constants)
+    return next(g for g in singleton_groups(one) if g.nodes[0] is node)

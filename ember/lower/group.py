@@ -1,0 +1,88 @@
+"""Lower a fused group -- several nodes -- to one PrimFunc.
+
+Each member's compute definition is applied to the tensors its inputs are bound to: fresh
+placeholders for the values the group reads from outside (one per value, so two members
+reading the same value share it and two different values never alias), the member's own
+stages for values computed inside.  The resulting stage DAG is one compute, which
+``lower_compute`` turns into loop nests, inlining what does not need memory.
+
+Parameters of the PrimFunc: the group's inputs, then its outputs, then scratch buffers (the
+``scratch`` attribute counts them).  Index checks that members ask for (Gather's indices) are
+collected as (input position in the group, low, high), for the caller to run first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ember.core.errors import EmberError
+from ember.ir.compute import ComputeContext, Tensor, placeholder
+from ember.ir.graph import FusedGroup, Graph, Node
+from ember.ir.loop.stmt import PrimFunc
+from ember.ir.types import TensorType
+from ember.lower.lower import LoweringError, lower_compute
+from ember.ops.registry import NoCompute, get_op
+
+
+@dataclass
+class LoweredGroup:
+    func: PrimFunc
+    # (index of the group input, low, high, the node asking): every element of that input
+    # must lie in [low, high)
+    index_checks: list[tuple[int, int, int, Node]]
+
+
+def lower_group(group: FusedGroup, graph: Graph, name: str) -> LoweredGroup:
+    """One kernel for ``group`` of ``graph``; NoCompute if a member has no compute for its
+    configuration, LoweringError if the members do not compose (both name the node)."""
+    inputs: dict[str, Tensor] = {}
+    for position, value in enumerate(group.inputs):
+        vtype = graph.types.get(value)
+        if not (isinstance(vtype, TensorType) and vtype.is_static):
+            raise NoCompute(f"input '{value}' of the group has no static tensor type")
+        inputs[value] = placeholder(vtype.shape, vtype.dtype, name=f"in{position}")
+    env: dict[str, Tensor] = dict(inputs)
+    checks: list[tuple[int, int, int, Node]] = []
+    for node in group.nodes:
+        outputs, node_checks = _apply_compute(node, graph, env)
+        for position, low, high in node_checks:
+            value = node.inputs[position]
+            if value not in inputs:
+                raise LoweringError(f"node '{node.name}' ({node.op}) range-checks input "
+                                    f"'{value}', which its own kernel computes; fusion must "
+                                    f"keep its producer outside")
+            checks.append((group.inputs.index(value), low, high, node))
+        for value, tensor in zip(node.outputs, outputs):
+            if value:
+                env[value] = tensor
+    results = [env[value] for value in group.outputs]
+    func = lower_compute(name, list(inputs.values()), results,
+                         attrs=(("nodes", tuple(n.name for n in group.nodes)),))
+    return LoweredGroup(func, checks)
+
+
+def _apply_compute(node: Node, graph: Graph, env: Mapping[str, Tensor]
+                   ) -> tuple[list[Tensor], list[tuple[int, int, int]]]:
+    opdef = get_op(node.op)
+    if opdef is None or opdef.compute is None:
+        raise NoCompute(f"{node.op} has no compute definition")
+    in_types = [graph.types.get(n) if n else None for n in node.inputs]
+    out_types = [graph.types.get(n) for n in node.outputs]
+    attrs = opdef.resolve_attrs(node)
+    constants: dict[int, Any] = {i: graph.constants[n] for i, n in enumerate(node.inputs)
+                                 if n in graph.constants}
+    ctx = ComputeContext(node, in_types, out_types, attrs, constants)
+    tensors = [env[n] if n else None for n in node.inputs]
+    try:
+        result = opdef.compute(ctx, *tensors, **attrs)
+    except (NoCompute, EmberError):
+        raise
+    outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+    for index, (tensor, expected) in enumerate(zip(outputs, out_types)):
+        if not isinstance(expected, TensorType) or tensor.shape != tuple(expected.shape) \
+                or tensor.dtype != expected.dtype:
+            raise LoweringError(f"compute of {node.op} (node '{node.name}') gives output "
+                                f"{index} as {tensor.dtype}{list(tensor.shape)}, the graph "
+                                f"expects {expected}")
+    return outputs, list(ctx.index_checks)

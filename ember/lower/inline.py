@@ -1,0 +1,158 @@
+"""Inline stages into the stages that read them, so intermediates need not be materialized.
+
+A fused group's compute is a DAG of stages (one per ``compute`` of every member's definition).
+Materializing each would write and re-read every intermediate through memory -- the one
+kernel per node that fusion replaces.  This module decides which stages disappear into their
+readers and rewrites the readers' bodies:
+
+* a stage without a reduction (elementwise, broadcast, injective: a reshape, a transpose, a
+  gather) is substituted into every read of it, its axes replaced by the reader's indices.
+  When its body is expensive (a transcendental call, or large) and it is read more than once
+  per element of the reader, it is materialized instead: recomputing ``exp`` for every use
+  costs more than one store and one load;
+* a stage with a reduction is substituted only into its single reader, when that reader reads
+  it exactly at its own output index (once, or several times as ``x * erf(x)`` does) and
+  reduces nothing itself: the reader's expression then becomes the reduction's *epilogue*
+  (``relu(sum(...) + bias[j])``), applied to the accumulator before the one store.  Read at other indices (softmax's row maximum, broadcast
+  over a row) a reduction stays materialized: recomputing it per element would multiply the
+  work by the row length;
+* a stage that is an output of the kernel is always materialized (in its output buffer), and
+  its readers load it from there.
+
+Masked reads (a padded border) carry their mask into every load of the inlined body, so an
+inlined producer never reads out of bounds either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.ir.compute import Reduce, Stage, Tensor, unravel
+from ember.ir.loop.buffer import Buffer
+from ember.ir.loop.expr import Binary, BufferLoad, Call, Const, Expr, Load
+from ember.ir.loop.functor import rewrite, substitute, walk
+
+# Math calls cheap enough to recompute at every use (a few instructions each).
+CHEAP_CALLS = frozenset({"fabs", "floor", "ceil", "round", "nearbyint", "trunc", "isnan",
+                         "isinf", "copysign"})
+# A body with more expression nodes than this is worth materializing when read several times.
+MAX_RECOMPUTED_NODES = 48
+
+
+@dataclass
+class InlinePlan:
+    """What inlining did: the stages left to lower (producers first, bodies rewritten) and
+    the stages that were substituted into their readers."""
+
+    stages: list[Stage]
+    inlined: list[Stage]
+
+
+def inline_stages(stages: list[Stage], outputs: list[Tensor]) -> InlinePlan:
+    """Inline what pays into its readers; ``stages`` in topological order (producers first)."""
+    output_buffers = {t.buffer for t in outputs}
+    bodies: dict[int, Expr] = {id(s): s.body for s in stages}
+    remaining = list(stages)
+    inlined: list[Stage] = []
+    for stage in stages:
+        if stage.output.buffer in output_buffers:
+            continue
+        readers = [r for r in remaining if r is not stage and
+                   _reads(bodies[id(r)], stage.output.buffer)]
+        if not readers:  # dead (nothing in this kernel reads it): drop it
+            remaining.remove(stage)
+            continue
+        if not _should_inline(stage, bodies[id(stage)], readers, bodies):
+            continue
+        for reader in readers:
+            bodies[id(reader)] = _substitute_stage(bodies[id(reader)], stage,
+                                                   bodies[id(stage)])
+        remaining.remove(stage)
+        inlined.append(stage)
+    rewritten = [Stage(s.axes, bodies[id(s)], s.output, s.inputs) for s in remaining]
+    return InlinePlan(rewritten, inlined)
+
+
+def _should_inline(stage: Stage, body: Expr, readers: list[Stage],
+                   bodies: dict[int, Expr]) -> bool:
+    buffer = stage.output.buffer
+    reads = [(r, n) for r in readers for n in walk(bodies[id(r)])
+             if isinstance(n, (BufferLoad, Load)) and n.buffer == buffer]
+    if any(isinstance(n, Load) for _, n in reads):
+        return False  # read through a flat offset already: only a buffer can serve it
+    if _has_reduce(body):
+        reader = reads[0][0]
+        if any(r is not reader for r, _ in reads):
+            return False
+        # every read at the reader's own index (an epilogue may use the value twice, as
+        # x * erf(x) does: the reduction is still computed once, see lower._lower_stage)
+        return (not _has_reduce(bodies[id(reader)])
+                and reader.output.shape == stage.output.shape
+                and all(access.mask is None and not access.flat
+                        and _at_own_index(access, reader) for _, access in reads))
+    if len(reads) == 1:
+        return True
+    return not _expensive(body)
+
+
+def _at_own_index(access: BufferLoad, reader: Stage) -> bool:
+    """Whether ``access`` reads element ``i`` where ``reader`` writes element ``i`` (an axis
+    of extent 1 may be indexed by the constant 0, as broadcasting code writes it)."""
+    if len(access.indices) != len(reader.axes):
+        return False
+    for index, axis, extent in zip(access.indices, reader.axes, reader.output.shape):
+        if index == axis:
+            continue
+        if extent == 1 and isinstance(index, Const) and index.value == 0:
+            continue
+        return False
+    return True
+
+
+def _expensive(body: Expr) -> bool:
+    nodes = list(walk(body))
+    if len(nodes) > MAX_RECOMPUTED_NODES:
+        return True
+    return any(isinstance(n, Call) and n.name not in CHEAP_CALLS for n in nodes)
+
+
+def _has_reduce(body: Expr) -> bool:
+    return any(isinstance(n, Reduce) for n in walk(body))
+
+
+def _reads(body: Expr, buffer: Buffer) -> bool:
+    return any(isinstance(n, (BufferLoad, Load)) and n.buffer == buffer for n in walk(body))
+
+
+def _substitute_stage(reader_body: Expr, stage: Stage, stage_body: Expr) -> Expr:
+    """``reader_body`` with every read of ``stage`` replaced by the stage's expression."""
+    buffer = stage.output.buffer
+
+    def replace(node):
+        if not (isinstance(node, BufferLoad) and node.buffer == buffer):
+            return None
+        indices = (unravel(node.indices[0], stage.output.shape) if node.flat
+                   else list(node.indices))
+        value = substitute(stage_body, dict(zip(stage.axes, indices)))
+        return value if node.mask is None else mask_reads(value, node.mask)
+
+    return rewrite(reader_body, replace)
+
+
+def mask_reads(value: Expr, mask: Expr) -> Expr:
+    """``value`` with ``mask`` added to every load in it: where the mask is false (outside a
+    padded border, say) the inlined expression must not read memory either."""
+
+    def add_mask(node):
+        if isinstance(node, (BufferLoad, Load)):
+            combined = mask if node.mask is None else Binary("and", node.mask, mask)
+            return type(node)(**{**_fields(node), "mask": combined})
+        return None
+
+    return rewrite(value, add_mask)
+
+
+def _fields(node) -> dict:
+    import dataclasses
+
+    return {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}

@@ -1,0 +1,293 @@
+"""Fusion: group nodes into kernels, by their op's pattern kind (TVM's FuseOps, simplified).
+
+A kernel is a fused group, not a node: every value a group keeps inside is computed in
+registers (inlined into its readers) or in scratch, never written out and read back by
+another kernel.  Which nodes may share a kernel follows from their :class:`PatternKind`:
+
+* **epilogues** -- an elementwise or broadcast node joins the group that produced its input
+  when it is that value's only reader: a bias, an activation, a residual Add, a Clip, a
+  cast after a matmul, a convolution or a reduction is applied before the one store;
+* **chains** -- elementwise, broadcast and injective nodes (transposes, reshapes, gathers)
+  join their producer's group the same way, and a reduction joins a group of elementwise
+  and injective nodes (and other reductions) that only it reads: Sigmoid+Mul (SiLU), the
+  statistics of a LayerNorm or GroupNorm written as many small ops, Exp/ReduceSum/Div;
+* **prologues** -- a group whose every output is read by one other group moves into it, so
+  the elementwise producers of a reduction are computed where the reduction reads them.
+
+When fusing does not pay, it is not done:
+
+* nothing fuses *into* an anchor (matmul, conv) as a prologue: its operands are read many
+  times per output element, so an inlined producer would be recomputed that many times;
+  anchors start their own group and take epilogues only, of their own output shape;
+* a value with several readers is not fused into any one of them by the epilogue rule (the
+  value must be written for the others anyway); a group that feeds several groups stays a
+  kernel of its own;
+* inside a group, lowering materializes what would be recomputed too often (an expensive
+  stage read twice, a reduction read at other indices than its own) in scratch memory
+  (``ember.lower.inline``) -- fusion still saves the round trip through the arena and the
+  kernel launch;
+* an index input that the kernel must range-check before it runs (Gather's) is never
+  computed inside the kernel that checks it;
+* opaque nodes (control flow, ops without a kernel for this configuration) stay alone, and
+  no merge may create a cycle between groups (a path from one group through another back).
+
+The pass records the groups on ``graph.groups``; lowering turns each into one PrimFunc.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ember.ir.graph import FusedGroup, Graph, Node
+from ember.ops.registry import PatternKind, get_op
+
+
+@dataclass(frozen=True)
+class NodeSupport:
+    """Whether a node can be compiled into a kernel (else it runs its reference, alone), and
+    which of its inputs the kernel range-checks before it runs."""
+
+    kernel: bool
+    reason: str = ""
+    checked_inputs: frozenset[int] = frozenset()
+
+
+SupportFn = Callable[[Node], NodeSupport]
+_FUSABLE_TAILS = (PatternKind.ELEMENTWISE, PatternKind.BROADCAST)
+_CHAIN_KINDS = (PatternKind.ELEMENTWISE, PatternKind.BROADCAST, PatternKind.INJECTIVE)
+
+
+@dataclass(eq=False)
+class _Group:
+    nodes: list[Node] = field(default_factory=list)
+    opaque: bool = False
+
+    def has(self, kind: PatternKind, kinds: dict[int, PatternKind]) -> bool:
+        return any(kinds[id(n)] is kind for n in self.nodes)
+
+
+def fuse(graph: Graph, support: SupportFn) -> int:
+    """Form the kernels of ``graph`` (``graph.groups``); returns how many nodes joined a group
+    with another node (0: every node is its own kernel)."""
+    fusion = _Fusion(graph, support)
+    fusion.epilogues_and_chains()
+    fusion.prologues()
+    graph.groups = fusion.groups()
+    return sum(len(g.nodes) for g in graph.groups if len(g.nodes) > 1)
+
+
+def op_has_compute(node: Node) -> NodeSupport:
+    """The support of a node when no compile driver says otherwise: its op's compute."""
+    opdef = get_op(node.op)
+    if opdef is None or opdef.compute is None:
+        return NodeSupport(False, f"{node.op} has no compute definition")
+    return NodeSupport(True)
+
+
+def singleton_groups(graph: Graph, support: SupportFn | None = None) -> list[FusedGroup]:
+    """Every node its own kernel (no fusion: opt level 0)."""
+    return [_describe(graph, [node], _reads_by_value(graph), set(graph.outputs))
+            for node in graph.nodes]
+
+
+class _Fusion:
+    def __init__(self, graph: Graph, support: SupportFn):
+        self.graph = graph
+        self.supports = {id(n): support(n) for n in graph.nodes}
+        self.kinds = {id(n): (get_op(n.op).pattern if self.supports[id(n)].kernel
+                              and get_op(n.op) is not None else PatternKind.OPAQUE)
+                      for n in graph.nodes}
+        self.producer = {o: n for n in graph.nodes for o in n.outputs if o}
+        self.readers = _reads_by_value(graph)
+        self.graph_outputs = set(graph.outputs)
+        self.group_of: dict[int, _Group] = {}
+        self.order: list[_Group] = []
+
+    # ------------------------------------------------------------------ forward
+    def epilogues_and_chains(self) -> None:
+        for node in self.graph.nodes:
+            group = self._joinable_producer_group(node)
+            if group is None:
+                group = _Group(opaque=self.kinds[id(node)] is PatternKind.OPAQUE)
+                self.order.append(group)
+            group.nodes.append(node)
+            self.group_of[id(node)] = group
+
+    def _joinable_producer_group(self, node: Node) -> _Group | None:
+        kind = self.kinds[id(node)]
+        if kind in (PatternKind.OPAQUE, PatternKind.ANCHOR):
+            return None
+        checked = {node.inputs[i] for i in self.supports[id(node)].checked_inputs}
+        for name in node.inputs:
+            producer = self.producer.get(name) if name else None
+            if producer is None or name in checked:
+                continue
+            group = self.group_of[id(producer)]
+            if group.opaque or self._readers_of(name) != [node] or name in self.graph_outputs:
+                continue
+            if group.has(PatternKind.ANCHOR, self.kinds):
+                if kind not in _FUSABLE_TAILS or not self._same_shape(name, node.outputs[0]):
+                    continue
+            elif kind not in _CHAIN_KINDS + (PatternKind.REDUCTION,):
+                continue
+            if self._would_cycle(group, [node]):
+                continue
+            return group
+        return None
+
+    # ------------------------------------------------------------------ backward
+    def prologues(self) -> None:
+        while self._one_prologue():
+            pass
+
+    def _one_prologue(self) -> bool:
+        """Move one producer group into its consumer; whether one moved (then the groups
+        changed, and the search starts again: a merged-away group must not be visited)."""
+        for consumer in reversed(self.order):
+            if consumer.opaque or consumer.has(PatternKind.ANCHOR, self.kinds):
+                continue
+            for producer in self._producer_groups(consumer):
+                if self._can_move_into(producer, consumer):
+                    self._merge(producer, consumer)
+                    return True
+        return False
+
+    def _can_move_into(self, producer: _Group, consumer: _Group) -> bool:
+        if producer.opaque or producer.has(PatternKind.ANCHOR, self.kinds):
+            return False
+        for name in self._outputs_of(producer):
+            outside = [r for r in self._readers_of(name) if self.group_of[id(r)] is not producer]
+            if outside and name in self.graph_outputs:
+                return False
+            if any(self.group_of[id(r)] is not consumer for r in outside):
+                return False
+        checked = {n.inputs[i] for n in consumer.nodes
+                   for i in self.supports[id(n)].checked_inputs}
+        if checked & set(self._outputs_of(producer)):
+            return False
+        return not self._would_cycle(consumer, producer.nodes)
+
+    def _merge(self, producer: _Group, consumer: _Group) -> None:
+        members = {id(n) for n in producer.nodes + consumer.nodes}
+        consumer.nodes = [n for n in self.graph.nodes if id(n) in members]
+        for node in producer.nodes:
+            self.group_of[id(node)] = consumer
+        self.order.remove(producer)
+
+    # ------------------------------------------------------------------ queries
+    def _readers_of(self, name: str) -> list[Node]:
+        return self.readers.get(name, [])
+
+    def _same_shape(self, a: str, b: str) -> bool:
+        ta, tb = self.graph.types.get(a), self.graph.types.get(b)
+        return getattr(ta, "shape", None) is not None and \
+            getattr(ta, "shape", None) == getattr(tb, "shape", None)
+
+    def _outputs_of(self, group: _Group) -> list[str]:
+        return [o for n in group.nodes for o in n.outputs if o]
+
+    def _producer_groups(self, group: _Group) -> list[_Group]:
+        found: dict[int, _Group] = {}
+        for node in group.nodes:
+            for name in _node_reads(node):
+                producer = self.producer.get(name)
+                if producer is not None:
+                    other = self.group_of[id(producer)]
+                    if other is not group:
+                        found.setdefault(id(other), other)
+        return list(found.values())
+
+    def _consumer_groups(self, group: _Group) -> list[_Group]:
+        found: dict[int, _Group] = {}
+        for name in self._outputs_of(group):
+            for reader in self._readers_of(name):
+                other = self.group_of.get(id(reader))
+                if other is not None and other is not group:
+                    found.setdefault(id(other), other)
+        return list(found.values())
+
+    def _would_cycle(self, target: _Group, joining: list[Node]) -> bool:
+        """Whether putting ``joining`` into ``target`` makes a cycle: some other group that
+        ``joining`` reads from (directly or not) depends on ``target``."""
+        sources: dict[int, _Group] = {}
+        for node in joining:
+            for name in _node_reads(node):
+                producer = self.producer.get(name)
+                group = self.group_of.get(id(producer)) if producer is not None else None
+                if group is not None and group is not target and \
+                        not any(group is self.group_of.get(id(j)) for j in joining):
+                    sources[id(group)] = group
+        if not sources:
+            return False
+        # does target reach any of the sources?
+        seen: set[int] = set()
+        pending = [target]
+        while pending:
+            current = pending.pop()
+            for nxt in self._consumer_groups(current):
+                if id(nxt) in sources:
+                    return True
+                if id(nxt) not in seen and nxt is not target:
+                    seen.add(id(nxt))
+                    pending.append(nxt)
+        return False
+
+    def groups(self) -> list[FusedGroup]:
+        position = {id(n): i for i, n in enumerate(self.graph.nodes)}
+        ordered = sorted(self.order, key=lambda g: position[id(g.nodes[0])])
+        groups = [_describe(self.graph, g.nodes, self.readers, self.graph_outputs, self.kinds)
+                  for g in _topological(ordered, self)]
+        return groups
+
+
+def _topological(groups: list[_Group], fusion: _Fusion) -> list[_Group]:
+    """Groups so that every group comes after the groups it reads from."""
+    placed: set[int] = set()
+    result: list[_Group] = []
+
+    def visit(group: _Group, path: set[int]) -> None:
+        if id(group) in placed:
+            return
+        if id(group) in path:
+            raise AssertionError("fusion made a cycle between groups")
+        path.add(id(group))
+        for producer in fusion._producer_groups(group):
+            visit(producer, path)
+        path.discard(id(group))
+        placed.add(id(group))
+        result.append(group)
+
+    for group in groups:
+        visit(group, set())
+    return result
+
+
+def _node_reads(node: Node) -> list[str]:
+    return [n for n in node.inputs if n] + node.implicit_inputs()
+
+
+def _reads_by_value(graph: Graph) -> dict[str, list[Node]]:
+    readers: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for name in dict.fromkeys(_node_reads(node)):
+            readers.setdefault(name, []).append(node)
+    return readers
+
+
+def _describe(graph: Graph, nodes: list[Node], readers: dict[str, list[Node]],
+              graph_outputs: set[str],
+              kinds: dict[int, PatternKind] | None = None) -> FusedGroup:
+    members = {id(n) for n in nodes}
+    produced = {o for n in nodes for o in n.outputs if o}
+    inputs = list(dict.fromkeys(name for n in nodes for name in _node_reads(n)
+                                if name not in produced))
+    outputs = [o for n in nodes for o in n.outputs if o and (
+        o in graph_outputs or any(id(r) not in members for r in readers.get(o, [])))]
+    master = ""
+    if kinds is not None:
+        ranked = sorted(nodes, key=lambda n: -int(kinds[id(n)]) if kinds[id(n)] in (
+            PatternKind.ANCHOR, PatternKind.REDUCTION) else 0)
+        if ranked and kinds[id(ranked[0])] in (PatternKind.ANCHOR, PatternKind.REDUCTION):
+            master = ranked[0].name
+    return FusedGroup(list(nodes), inputs, outputs, master)

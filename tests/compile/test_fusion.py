@@ -1,0 +1,218 @@
+"""Fused kernels: which nodes become one kernel, and that the kernel computes what they did.
+
+Each case is a graph written as printed IR, compiled at an opt level; the test asserts the
+kernel list (the ops of every kernel's fused group, in order) and compares the outputs with
+ember's numpy reference executor running the unoptimized graph (an independent oracle: the
+op references, not the compiled code).  ``tests/passes`` checks the rewrites themselves; this
+file checks what fusion and lowering make of their results.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import ember
+from ember.interp import ReferenceExecutor
+from ember.ir.graph import Graph
+from ember.ir.parser import parse_graph
+from ember.passes.infer_shapes import infer_shapes
+
+RNG = np.random.default_rng(7)
+
+
+def _graph(text: str) -> Graph:
+    return infer_shapes(parse_graph(text))
+
+
+def _compile(text: str, opt_level: int = 2):
+    """Compile the graph; check its outputs against the reference on random inputs; return
+    the kernel list as one ``+``-joined op string per kernel."""
+    graph = _graph(text)
+    module = ember.compile(copy.deepcopy(graph), opt_level=opt_level)
+    feeds = {}
+    for name in graph.inputs:
+        vtype = graph.types[name]
+        feeds[name] = RNG.standard_normal(tuple(vtype.shape)).astype(vtype.dtype.numpy)
+    expected = ReferenceExecutor(graph).run(feeds)
+    actual = module.run(feeds)
+    for name, value in expected.items():
+        np.testing.assert_allclose(actual[name], value, rtol=2e-5, atol=2e-5, err_msg=name)
+    build = module.build
+    assert build.host_nodes == [], build.report()
+    return ["+".join(n.op for n in impl.group.nodes) for impl in build.kernels], build
+
+
+def test_gemm_bias_gelu_and_residual_add_are_one_kernel():
+    kernels, build = _compile("""
+        graph g(%x: f32[8, 32]) -> (%y: f32[8, 32]) {
+          const %w: f32[32, 32] = random
+          const %b: f32[32] = random
+          %h = Gemm(%x, %w, %b) {transB=1}
+          %a = Gelu(%h)
+          %y = Add(%a, %x)
+        }""")
+    assert kernels == ["Gemm+Gelu+Add"]
+    assert build.workspace_size == 0  # nothing between kernels, nothing in scratch
+
+
+def test_gelu_written_out_after_a_matmul_is_one_kernel():
+    # The erf form as exporters write it: recognized as Gelu, then fused as an epilogue.
+    kernels, _ = _compile("""
+        graph g(%x: f32[4, 16]) -> (%y: f32[4, 16]) {
+          const %w: f32[16, 16] = random
+          const %b: f32[16] = random
+          const %sqrt2: f32[] = 1.4142135
+          const %one: f32[] = 1.0
+          const %half: f32[] = 0.5
+          %m = MatMul(%x, %w)
+          %h = Add(%m, %b)
+          %d = Div(%h, %sqrt2)
+          %e = Erf(%d)
+          %p = Add(%e, %one)
+          %q = Mul(%h, %p)
+          %y = Mul(%q, %half)
+        }""")
+    assert kernels == ["MatMul+Add+Gelu"]
+
+
+def test_softmax_is_one_kernel():
+    kernels, _ = _compile("""
+        graph g(%x: f32[6, 40]) -> (%y: f32[6, 40]) {
+          %y = Softmax(%x) {axis=-1}
+        }""")
+    assert kernels == ["Softmax"]
+
+
+@pytest.mark.parametrize("opt_level", [1, 2])
+def test_softmax_written_out_is_one_kernel(opt_level):
+    # O2 recognizes the composite; O1 fuses the small ops as they are.
+    kernels, _ = _compile("""
+        graph g(%x: f32[6, 40]) -> (%y: f32[6, 40]) {
+          const %ax: i64[1] = -1
+          %m = ReduceMax(%x, %ax) {keepdims=1}
+          %s = Sub(%x, %m)
+          %e = Exp(%s)
+          %t = ReduceSum(%e, %ax) {keepdims=1}
+          %y = Div(%e, %t)
+        }""", opt_level)
+    assert len(kernels) == 1
+    assert kernels == (["Softmax"] if opt_level == 2 else
+                       ["ReduceMax+Sub+Exp+ReduceSum+Div"])
+
+
+@pytest.mark.parametrize("opt_level", [1, 2])
+def test_layer_norm_written_out_is_one_kernel(opt_level):
+    kernels, _ = _compile("""
+        graph g(%x: f32[4, 8, 64]) -> (%y: f32[4, 8, 64]) {
+          const %ax: i64[1] = -1
+          const %two: f32[] = 2.0
+          const %eps: f32[] = 1e-5
+          const %gamma: f32[64] = random
+          const %beta: f32[64] = random
+          %mean = ReduceMean(%x, %ax) {keepdims=1}
+          %d = Sub(%x, %mean)
+          %sq = Pow(%d, %two)
+          %var = ReduceMean(%sq, %ax) {keepdims=1}
+          %ve = Add(%var, %eps)
+          %sd = Sqrt(%ve)
+          %n = Div(%d, %sd)
+          %s = Mul(%n, %gamma)
+          %y = Add(%s, %beta)
+        }""", opt_level)
+    assert len(kernels) == 1
+    if opt_level == 2:
+        assert kernels == ["LayerNormalization"]
+
+
+def test_qkv_projections_are_one_gemm():
+    kernels, build = _compile("""
+        graph g(%x: f32[16, 32]) -> (%q: f32[16, 32], %k: f32[16, 32], %v: f32[16, 32]) {
+          const %wq: f32[32, 32] = random
+          const %wk: f32[32, 32] = random
+          const %wv: f32[32, 32] = random
+          const %bq: f32[32] = random
+          const %bk: f32[32] = random
+          const %bv: f32[32] = random
+          %mq = MatMul(%x, %wq)
+          %q = Add(%mq, %bq)
+          %mk = MatMul(%x, %wk)
+          %k = Add(%mk, %bk)
+          %mv = MatMul(%x, %wv)
+          %v = Add(%mv, %bv)
+        }""")
+    anchors = [k for k in kernels if "MatMul" in k or "Gemm" in k]
+    assert len(anchors) == 1, kernels
+    assert sum(node.op in ("MatMul", "Gemm") for node in build.graph.nodes) == 1
+
+
+def test_conv_batchnorm_relu_are_one_kernel():
+    kernels, _ = _compile("""
+        graph g(%x: f32[1, 4, 10, 10]) -> (%y: f32[1, 8, 10, 10]) {
+          const %w: f32[8, 4, 3, 3] = random
+          const %scale: f32[8] = 1.5
+          const %bias: f32[8] = random
+          const %mean: f32[8] = random
+          const %var: f32[8] = 2.0
+          %c = Conv(%x, %w) {pads=[1, 1, 1, 1]}
+          %n = BatchNormalization(%c, %scale, %bias, %mean, %var)
+          %y = Relu(%n)
+        }""")
+    # the border becomes an explicit Pad (its own kernel: the conv reads it many times)
+    assert kernels[-1] == "Conv+Relu" and len(kernels) <= 2, kernels
+
+
+def test_silu_and_group_norm_chains_fuse():
+    kernels, _ = _compile("""
+        graph g(%x: f32[1, 8, 6, 6]) -> (%y: f32[1, 8, 6, 6]) {
+          const %shape: i64[3] = [1, 2, -1]
+          const %back: i64[4] = [1, 8, 6, 6]
+          const %ones: f32[2] = 1.0
+          const %zeros: f32[2] = 0.0
+          const %gamma: f32[8, 1, 1] = random
+          const %beta: f32[8, 1, 1] = random
+          %r = Reshape(%x, %shape)
+          %n = InstanceNormalization(%r, %ones, %zeros)
+          %b = Reshape(%n, %back)
+          %m = Mul(%b, %gamma)
+          %a = Add(%m, %beta)
+          %s = Sigmoid(%a)
+          %y = Mul(%a, %s)
+        }""", opt_level=1)
+    assert len(kernels) == 1, kernels
+
+
+def test_a_value_with_two_readers_is_written_once_and_not_fused_into_either():
+    kernels, _ = _compile("""
+        graph g(%x: f32[8, 16]) -> (%y: f32[8, 16], %z: f32[8, 16]) {
+          const %w: f32[16, 16] = random
+          %m = MatMul(%x, %w)
+          %y = Relu(%m)
+          %z = Sigmoid(%m)
+        }""")
+    assert kernels[0] == "MatMul" and len(kernels) >= 2, kernels
+
+
+def test_opt_level_zero_keeps_one_kernel_per_node():
+    kernels, _ = _compile("""
+        graph g(%x: f32[8, 16]) -> (%y: f32[8, 16]) {
+          %a = Neg(%x)
+          %b = Exp(%a)
+          %y = Add(%b, %x)
+        }""", opt_level=0)
+    assert kernels == ["Neg", "Exp", "Add"]
+
+
+def test_gather_indices_are_not_computed_inside_the_kernel_that_checks_them():
+    # Gather range-checks its indices before the kernel runs: a producer of the indices
+    # must stay in an earlier kernel so the check sees the real values.
+    kernels, _ = _compile("""
+        graph g(%x: f32[10, 4], %i: f32[3]) -> (%y: f32[3, 4]) {
+          %a = Abs(%i)
+          %f = Floor(%a)
+          %c = Cast(%f) {to=7}
+          %y = Gather(%x, %c) {axis=0}
+        }""", opt_level=1)
+    assert kernels[-1] == "Gather" and len(kernels) == 2, kernels
