@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ember.build.pipeline import Build, BuildOptions, build_graph
+from ember.driver.pipeline import Build, BuildOptions, build_graph
 from ember.core.config import parse_size
 from ember.core.errors import InputError
 from ember.core.target import Target

@@ -521,7 +521,7 @@ def _add_compile(commands: argparse._SubParsersAction) -> None:
 
 
 def _compile(args: argparse.Namespace, console: Console) -> int:
-    from ember.build import BuildOptions, build_graph
+    from ember.driver import BuildOptions, build_graph
     from ember.core.target import Target
     from ember.package import save_artifact
 

@@ -39,7 +39,7 @@ class EmberRep(BackendRep):
             self._executor = ReferenceExecutor(graph)
         else:
             from ember.api import Module
-            from ember.build.pipeline import BuildOptions
+            from ember.driver.pipeline import BuildOptions
 
             self._module = Module(graph, BuildOptions())
 

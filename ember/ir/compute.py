@@ -57,7 +57,7 @@ class ComputeContext:
         A kernel whose loads are addressed by run-time data (Gather's indices) must not read
         outside its input, and ONNX calls an out-of-range index an error, not a value to
         clamp: the compiled model checks the input before the kernel runs and fails with an
-        error naming the node (``ember.build.entry``)."""
+        error naming the node (``ember.driver.entry``)."""
         self.index_checks.append((int(index), int(low), int(high)))
 
     @property

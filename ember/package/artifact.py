@@ -1,4 +1,4 @@
-"""Write a :class:`~ember.build.Build` as an artifact directory (format: ember.runtime.artifact).
+"""Write a :class:`~ember.driver.Build` as an artifact directory (format: ember.runtime.artifact).
 
 The directory is written under a temporary name and renamed into place at the end, so a
 failure never leaves a half-written artifact where a valid one is expected.  The manifest is
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ember import __version__
-from ember.build.pipeline import Build, describe_value
+from ember.driver.pipeline import Build, describe_value
 from ember.core.errors import EmberError
 from ember.core.target import Target
 from ember.runtime.artifact import MAX_LIBRARY_BYTES

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ember
 import ember.runtime
-from ember.build import BuildOptions, CompileError, build_graph
+from ember.driver import BuildOptions, CompileError, build_graph
 from ember.core.target import Target
 from ember.core.errors import ExecutionError, InputError, ModelLoadError
 from ember.frontend.onnx import import_onnx

@@ -274,7 +274,7 @@ def test_malformed_manifest_is_a_model_load_error(artifact, content, fragment):
 def test_runtime_knows_every_element_type_the_compiler_stores():
     """The runtime's closed list of dtype names (it may not import the compiler's) agrees with
     ember.core.dtypes on names and sizes."""
-    from ember.build.pipeline import STORABLE_DTYPES
+    from ember.driver.pipeline import STORABLE_DTYPES
     from ember.runtime.dtypes import ITEMSIZE, numpy_dtype
 
     for dtype in STORABLE_DTYPES:

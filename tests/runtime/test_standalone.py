@@ -31,7 +31,7 @@ CHILD = textwrap.dedent("""
     BLOCKED = ("onnx", "onnxruntime", "torch", "ml_dtypes", "rich", "safetensors")
     COMPILER = ("ember.core", "ember.ir", "ember.ops", "ember.passes", "ember.interp",
                 "ember.frontend", "ember.lower", "ember.schedule", "ember.codegen",
-                "ember.toolchain", "ember.build", "ember.package", "ember.api", "ember.cli")
+                "ember.toolchain", "ember.driver", "ember.package", "ember.api", "ember.cli")
 
     class Blocker(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):

@@ -1,5 +1,5 @@
 """The compile pipeline: Graph → passes → kernels → one C library + weights + manifest."""
 
-from ember.build.pipeline import Build, BuildOptions, CompileError, build_graph
+from ember.driver.pipeline import Build, BuildOptions, CompileError, build_graph
 
 __all__ = ["Build", "BuildOptions", "CompileError", "build_graph"]

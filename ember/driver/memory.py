@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ember.build.kernels import KernelImpl
+from ember.driver.kernels import KernelImpl
 from ember.ir.graph import Graph
 from ember.ir.loop.stmt import For, Seq
 from ember.ir.types import TensorType

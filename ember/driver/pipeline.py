@@ -3,7 +3,7 @@
 1. Specialize the graph to concrete input shapes and infer every type.
 2. Run the graph passes of the opt level (``passes/pipeline.py``), the last of which groups
    the nodes into kernels (``passes/fuse.py``; every node alone at opt level 0), asking node
-   by node what compiles (``build/support.py``).
+   by node what compiles (``driver/support.py``).
 4. Give every group an implementation: one kernel lowered from its members' compute
    definitions and scheduled, or, for a node that does not compile, its numpy reference
    called back from the library ("host" steps -- reported, never silent).
@@ -21,10 +21,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ember.build.entry import EntryStep, IndexCheck, generate_entry, signature
-from ember.build.kernels import KernelImpl, implement_groups
-from ember.build.memory import MemoryPlanReport, plan_workspace
-from ember.build.support import node_support
+from ember.driver.entry import EntryStep, IndexCheck, generate_entry, signature
+from ember.driver.kernels import KernelImpl, implement_groups
+from ember.driver.memory import MemoryPlanReport, plan_workspace
+from ember.driver.support import node_support
 from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
