@@ -24,6 +24,7 @@ _LAZY = {
     "Node": ("ember.ir.graph", "Node"),
     "DType": ("ember.core.dtypes", "DType"),
     "EmberError": ("ember.core.errors", "EmberError"),
+    "CompileError": ("ember.core.errors", "CompileError"),
     "ReferenceExecutor": ("ember.interp.reference", "ReferenceExecutor"),
 }
 

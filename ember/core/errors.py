@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ember.runtime.errors import EmberError, ExecutionError, InputError, ModelLoadError
 
-__all__ = ["ConfigError", "EmberError", "ExecutionError", "InputError", "MemoryBudgetError",
+__all__ = ["CompileError", "ConfigError", "EmberError", "ExecutionError", "InputError", "MemoryBudgetError",
            "ModelLoadError", "OpAttributeError", "ShapeError", "UnsupportedOpError",
            "VerificationError"]
 
@@ -41,6 +41,15 @@ class ShapeError(EmberError):
 
 class VerificationError(EmberError):
     """The IR violates an invariant (dangling value, duplicate definition, bad type)."""
+
+
+class CompileError(EmberError):
+    """The graph cannot be compiled to native code.
+
+    Also what an internal failure of the compiler becomes (a pass, the lowering of a node, the
+    schedule or code generation of a kernel raising something unexpected): its message names
+    the stage, node, op and value where that happened, and the original exception is chained.
+    """
 
 
 class ConfigError(EmberError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ember.codegen.c_names import c_identifier
-from ember.core.errors import EmberError
+from ember.core.errors import CompileError, EmberError
 from ember.ir.graph import FusedGroup, Graph, Node
 from ember.ir.loop.stmt import PrimFunc
 from ember.lower.group import lower_group
@@ -70,10 +70,25 @@ def _implement(graph: Graph, group: FusedGroup, support: dict[int, NodeSupport],
         if len(group.nodes) == 1:
             return [KernelImpl(index, group, "host",
                                reason=f"compute does not cover this configuration ({error})")]
-        return [impl for node in group.nodes
-                for impl in _implement(graph, _single(graph, node), support, index)]
+        return _split(graph, group, support, index)
+    except Exception as error:  # noqa: BLE001 -- a lowering bug: name the node, or split
+        if len(group.nodes) > 1:
+            return _split(graph, group, support, index)
+        node = group.nodes[0]
+        named = f"'{node.name}' " if node.name else ""
+        raise CompileError(f"internal compiler error lowering node {named}({node.op}, "
+                           f"output(s) {', '.join(repr(o) for o in node.outputs)}): "
+                           f"{type(error).__name__}: {error}. This is a bug in ember; please "
+                           f"report it with the model.") from error
     return [KernelImpl(index, group, "kernel", func=lowered.func,
                        index_checks=list(lowered.index_checks))]
+
+
+def _split(graph: Graph, group: FusedGroup, support: dict[int, NodeSupport],
+           index: int) -> list[KernelImpl]:
+    """The group's nodes implemented one by one (when the fused lowering fails)."""
+    return [impl for node in group.nodes
+            for impl in _implement(graph, _single(graph, node), support, index)]
 
 
 def _kernel_name(index: int, group: FusedGroup) -> str:

@@ -15,9 +15,10 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from ember.driver.memory import MemoryPlanReport, plan_workspace
 from ember.driver.support import node_support
 from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dtypes import DType
-from ember.core.errors import EmberError
+from ember.core.errors import CompileError, EmberError
 from ember.core.target import Target
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
@@ -42,10 +43,6 @@ from ember.passes.specialize import specialize
 STORABLE_DTYPES = frozenset(d for d in DType if d not in (DType.STRING,))
 
 
-class CompileError(EmberError):
-    """The graph cannot be compiled to a static native library (named values and reasons)."""
-
-
 @dataclass
 class BuildOptions:
     target: Target = field(default_factory=Target.native)
@@ -53,6 +50,9 @@ class BuildOptions:
     sanitize: bool = False
     # Memory budget in bytes or "8GiB"; None: $EMBER_MEMORY_LIMIT, else the available memory.
     memory_limit: int | str | None = None
+    # Which graph passes to print before/after (PassContext.dump: a pass name or "all"); the
+    # dumps stay on Build.pass_context, which is how `ember inspect --stages` shows each stage.
+    dump: str | None = None
 
 
 @dataclass
@@ -77,6 +77,8 @@ class Build:
     signature: dict[str, Any] = field(default_factory=dict)
     # SHA-256 of the library bytes the compile cache verified (copies are checked against it).
     library_sha256: str = ""
+    # The graph passes' context: per-pass records (changes, times) and the requested dumps.
+    pass_context: PassContext | None = None
 
     @property
     def host_nodes(self) -> list[KernelImpl]:
@@ -121,7 +123,8 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     options = options or BuildOptions()
     started = time.perf_counter()
     limit = resolve_memory_limit(options.memory_limit)
-    g = specialize(graph, dict(input_shapes or {}), memory_limit=limit)
+    with _internal_errors("specializing the graph to its input shapes"):
+        g = specialize(graph, dict(input_shapes or {}), memory_limit=limit)
     pass_log: list[str] = []
     support: dict[int, NodeSupport] = {}
 
@@ -131,7 +134,8 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
         return support[id(node)]
 
     context = PassContext(opt_level=options.opt_level, target=options.target,
-                          memory_limit=limit, kernel_support=kernel_support)
+                          memory_limit=limit, kernel_support=kernel_support,
+                          dump=options.dump)
     g.groups = None
     optimize(g, options.opt_level, pass_log, context=context)
     _check_static(g)
@@ -140,27 +144,50 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     impls = implement_groups(g, g.groups, {id(node): kernel_support(node) for node in g.nodes})
     for impl in impls:
         if impl.func is not None:
-            impl.func = default_schedule(impl.func, options.target)
+            with _internal_errors(f"scheduling kernel {impl.index} ({_members(impl)})"):
+                impl.func = default_schedule(impl.func, options.target)
 
-    used_constants = _used_constants(g)
-    weight_offsets, weights_size = _layout_weights(used_constants)
-    memory = plan_workspace(g, impls)
-    check_build_memory(memory.workspace_size, weights_size, limit)
-    _allow_aliasing(impls, memory)
-    steps = [_entry_step(impl, memory, kernel_symbol) for impl in impls]
-    entry = generate_entry(g, steps, weight_offsets, memory.offsets, memory.workspace_size,
-                           weights_size)
-    module = CModule(kernels=[impl.func for impl in impls if impl.func], extra_source=entry,
-                     exports=["ember_run", "ember_workspace_size", "ember_signature"],
-                     target=options.target)
-    source = generate_c(module)
+    with _internal_errors("planning memory and generating the entry point"):
+        used_constants = _used_constants(g)
+        weight_offsets, weights_size = _layout_weights(used_constants)
+        memory = plan_workspace(g, impls)
+        check_build_memory(memory.workspace_size, weights_size, limit)
+        _allow_aliasing(impls, memory)
+        steps = [_entry_step(impl, memory, kernel_symbol) for impl in impls]
+        entry = generate_entry(g, steps, weight_offsets, memory.offsets, memory.workspace_size,
+                               weights_size)
+    with _internal_errors("generating C"):
+        module = CModule(kernels=[impl.func for impl in impls if impl.func], extra_source=entry,
+                         exports=["ember_run", "ember_workspace_size", "ember_signature"],
+                         target=options.target)
+        source = generate_c(module)
     library = build_library(source, options.target, sanitize=options.sanitize)
     return Build(g, options.target, source, library.path, impls, used_constants, weight_offsets,
                  weights_size, memory.workspace_size, time.perf_counter() - started, pass_log,
                  memory, checks=[c for step in steps for c in step.index_checks],
                  signature=signature(g, steps, memory.workspace_size, weights_size,
                                      weight_offsets),
-                 library_sha256=library.sha256)
+                 library_sha256=library.sha256, pass_context=context)
+
+
+@contextmanager
+def _internal_errors(stage: str) -> Iterator[None]:
+    """Turn an unexpected exception of a compile stage into a CompileError that names the
+    stage (ember's own errors pass through: they already say what is wrong)."""
+    try:
+        yield
+    except EmberError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- an internal bug must not escape unexplained
+        raise CompileError(f"internal compiler error while {stage}: {type(error).__name__}: "
+                           f"{error}. This is a bug in ember; compiling with opt_level=0 may "
+                           f"avoid it.") from error
+
+
+def _members(impl: KernelImpl) -> str:
+    names = ", ".join(f"'{node.name}'" for node in impl.nodes[:4])
+    more = f" and {len(impl.nodes) - 4} more" if len(impl.nodes) > 4 else ""
+    return f"{'+'.join(node.op for node in impl.nodes)}: node(s) {names}{more}"
 
 
 def _allow_aliasing(impls: list[KernelImpl], memory: MemoryPlanReport) -> None:

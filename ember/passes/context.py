@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable
 
 from ember.core.config import memory_limit as resolve_memory_limit
+from ember.core.errors import CompileError, EmberError
 from ember.core.target import Target
 from ember.ir.graph import Graph, Node
 from ember.ir.printer import format_graph
@@ -142,7 +143,7 @@ def run_passes(graph: Graph, passes: Iterable[GraphPass], ctx: PassContext) -> G
         if named:
             ctx.record_dump(graph_pass_.name, "before", graph)
         started = time.perf_counter()
-        changed = int(graph_pass_.run(graph, ctx) or 0)
+        changed = _run_one(graph_pass_, graph, ctx)
         ran = time.perf_counter()
         if changed:
             _forget_stale_types(graph)
@@ -156,6 +157,20 @@ def run_passes(graph: Graph, passes: Iterable[GraphPass], ctx: PassContext) -> G
         if named or (every and changed):
             ctx.record_dump(graph_pass_.name, "after", graph, changed)
     return graph
+
+
+def _run_one(graph_pass_: GraphPass, graph: Graph, ctx: PassContext) -> int:
+    """Run one pass; an unexpected exception in it becomes a CompileError naming the pass
+    (ember's own errors, which already say what is wrong with the model, pass through)."""
+    try:
+        return int(graph_pass_.run(graph, ctx) or 0)
+    except EmberError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- a pass bug must not escape unexplained
+        lower = f" (opt_level {ctx.opt_level - 1} or lower may avoid it)" if ctx.opt_level else ""
+        raise CompileError(f"internal compiler error in graph pass '{graph_pass_.name}': "
+                           f"{type(error).__name__}: {error}. This is a bug in ember{lower}."
+                           ) from error
 
 
 def _forget_stale_types(graph: Graph) -> None:
