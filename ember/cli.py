@@ -30,7 +30,7 @@ from ember.core.dtypes import DType
 from ember.core.errors import EmberError, InputError
 from ember.frontend.onnx import import_onnx
 from ember.interp import ReferenceExecutor
-from ember.ir.flops import FlopsEstimate, estimate_flops, format_flops
+from ember.ops.cost import FlopsEstimate, estimate_flops, format_flops
 from ember.ir.graph import Graph
 from ember.ir.serialize import load_graph, save_graph
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType

@@ -232,7 +232,7 @@ def _infer_if(ctx: InferContext) -> list[ValueType | None]:
     return [join_types(a, b) for a, b in zip(then_types, else_types)]
 
 
-@op("If", family="control", infer=_infer_if, outputs=(1, -1),
+@op("If", family="control", infer=_infer_if, outputs=(1, -1), foldable=False,
     attrs={"then_branch": Attr.graph(REQUIRED), "else_branch": Attr.graph(REQUIRED)})
 def if_(ctx, cond, *, then_branch, else_branch):
     """Run then_branch if the one-element ``cond`` is true, else else_branch."""
@@ -265,7 +265,7 @@ def _infer_loop(ctx: InferContext) -> list[ValueType | None]:
     return carried + scans
 
 
-@op("Loop", family="control", infer=_infer_loop, outputs=(1, -1),
+@op("Loop", family="control", infer=_infer_loop, outputs=(1, -1), foldable=False,
     attrs={"body": Attr.graph(REQUIRED)})
 def loop(ctx, trip_count=None, cond=None, *initial, body):
     """Run body while the iteration count is below trip_count and the condition holds;
@@ -339,7 +339,7 @@ def _infer_scan(ctx: InferContext) -> list[ValueType | None]:
 
 
 @op("Scan", family="control", infer=_infer_scan, inputs=(1, -1), outputs=(1, -1),
-    attrs={
+    foldable=False, attrs={
         "body": Attr.graph(REQUIRED),
         "num_scan_inputs": Attr.int(REQUIRED),
         "scan_input_axes": Attr.ints(None),

@@ -1,7 +1,10 @@
-"""A rough estimate of the floating-point operations a graph performs, for ``ember inspect``.
+"""The cost of an op: its FLOPs and the bytes it moves, and the FLOPs estimate of a graph.
 
-Each covered op has a cost rule over the types of its inputs and outputs (a multiply-add counts
-as two operations):
+The cost rule of an op lives on its :class:`~ember.ops.registry.OpDef` (``OpDef.flops``,
+attached here by :func:`attach_cost_rules` when the registry loads), so everything about an op
+is found in one place; ``ember inspect`` sums it over a graph, and the profiler divides it by
+the measured time.  Each covered op has a FLOPs rule over the types of its inputs and outputs
+(a multiply-add counts as two operations):
 
 * MatMul / Gemm (and the integer/quantized variants): ``2 * K`` per output element;
 * Conv: ``2 * C_in/group * prod(kernel)`` per output element, ConvTranspose the same per input
@@ -11,6 +14,10 @@ as two operations):
   output element;
 * normalizations: a few per element;
 * data movement (Reshape, Transpose, Gather, ...): zero.
+
+Bytes moved (:func:`node_bytes`) are the same for every op: what it reads plus what it
+writes, from the static types -- the memory traffic of an unfused kernel, which bounds a
+memory-bound op's speed.
 
 Costs are polynomials in the model's symbolic dims (``2*N*...``); a cost is ``None`` (unknown)
 when a shape it needs is unknown.  Ops without a rule are listed in ``uncounted``.  Subgraph
@@ -26,6 +33,7 @@ from typing import Any, Callable, Mapping
 from ember.core.dims import Dim, SymDim, dim_product
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
+from ember.ops.registry import OpDef, get_op
 
 Types = Mapping[str, Any]  # value name -> ValueType | None
 CostRule = Callable[[Node, Types], Dim]
@@ -56,12 +64,37 @@ def estimate_flops(graph: Graph) -> FlopsEstimate:
 
 
 def node_flops(node: Node, types: Types) -> Dim:
-    """The cost of one node: an int or polynomial, None if unknown; KeyError if no rule."""
-    return _RULES[node.op](node, types)
+    """The FLOPs of one node: an int or polynomial, None if unknown; KeyError if no rule."""
+    opdef = get_op(node.op)
+    if opdef is None or opdef.flops is None:
+        raise KeyError(f"op {node.op} has no FLOPs rule")
+    return opdef.flops(node, types)
+
+
+def node_bytes(node: Node, types: Types) -> Dim:
+    """Bytes the node reads and writes (each named input and output once); None when a shape
+    or element size is unknown."""
+    total: Dim = 0
+    for name in [*node.inputs, *node.outputs]:
+        if not name:
+            continue
+        vtype = types.get(name)
+        if not isinstance(vtype, TensorType) or vtype.shape is None:
+            return None
+        total = total + vtype.dtype.itemsize * dim_product(vtype.shape)
+    return total
 
 
 def has_rule(op: str) -> bool:
-    return op in _RULES
+    opdef = get_op(op)
+    return opdef is not None and opdef.flops is not None
+
+
+def attach_cost_rules(registry: dict[str, OpDef]) -> None:
+    """Give every registered op its FLOPs rule (``OpDef.flops``); ops without one keep None."""
+    for name, rule in _RULES.items():
+        if name in registry:
+            registry[name].flops = rule
 
 
 def format_flops(value: Dim, bindings: Mapping[str, int] | None = None) -> str:
@@ -84,8 +117,10 @@ def format_flops(value: Dim, bindings: Mapping[str, int] | None = None) -> str:
 
 def _accumulate(graph: Graph, types: ChainMap, estimate: FlopsEstimate) -> None:
     for node in graph.nodes:
-        if node.op in _RULES:
-            cost = _RULES[node.op](node, types)
+        opdef = get_op(node.op)
+        rule = opdef.flops if opdef is not None else None
+        if rule is not None:
+            cost = rule(node, types)
             estimate.by_op[node.op] = _add(estimate.by_op.get(node.op, 0), cost)
             estimate.total = _add(estimate.total, cost)
             if cost is not None:

@@ -9,8 +9,11 @@ An OpDef is everything ember knows about an op, in one place:
   when no compiled kernel exists,
 * its *pattern kind* (:class:`PatternKind`: elementwise, broadcast, injective, reduction,
   anchor or opaque), which decides what the fusion pass may put in one kernel with it,
-* slots filled by later layers: ``compute`` (the declarative compute definition that lowering
-  turns into a loop nest) and ``decompose`` (rewriting into other ops).
+* whether constant folding may evaluate it at compile time (``foldable``: not control flow,
+  whose bodies are graphs of their own),
+* its cost rule (``flops``, from ``ember.ops.cost``; bytes moved follow from the types),
+* the declarative compute definition that lowering turns into a loop nest (``compute``,
+  attached by ``ember.ops.compute``).
 
 Ops are declared with the :func:`op` decorator on the reference function, one file per family
 (``elementwise.py``, ``reduce.py`` ...).  The reference takes ``(ctx, *inputs, **attrs)``;
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
@@ -135,11 +138,11 @@ class OpDef:
     # default.  Every other position, variadic ones included, must name a value.
     optional_inputs: frozenset[int] = frozenset()
     pattern: PatternKind = PatternKind.OPAQUE
+    foldable: bool = True
     doc: str = ""
-    # Filled by later layers (lowering, decomposition); None means "not available".
-    compute: Any = None
-    decompose: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Attached when the registry loads; None means "not available".
+    compute: Any = None  # ember.ops.compute: the compute definition
+    flops: Callable[["Node", Any], Any] | None = None  # ember.ops.cost: FLOPs rule
 
     def resolve_attrs(self, node: "Node") -> dict[str, Any]:
         """The node's attributes with defaults filled in.
@@ -254,13 +257,15 @@ def op(
     inputs: tuple[int, int] | None = None,
     outputs: tuple[int, int] = (1, 1),
     pattern: PatternKind | None = None,
+    foldable: bool = True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated numpy reference as op ``name``.
 
     ``inputs`` defaults to what the reference's signature says: positional parameters after
     ``ctx`` are inputs, those defaulting to None optional, ``*args`` variadic.  ``pattern``
     defaults to the family's (:data:`FAMILY_PATTERNS`), with elementwise ops of several
-    inputs counted as broadcasting.
+    inputs counted as broadcasting.  ``foldable=False`` keeps constant folding from evaluating
+    the op at compile time.
     """
 
     def register(reference: Callable[..., Any]) -> Callable[..., Any]:
@@ -279,6 +284,7 @@ def op(
             max_outputs=outputs[1],
             optional_inputs=_optional_positions(reference),
             pattern=pattern if pattern is not None else _default_pattern(family, max_in),
+            foldable=foldable,
             doc=inspect.getdoc(reference) or "",
         )
         return reference
@@ -359,6 +365,9 @@ def _load_families() -> None:
         _loaded = True
         import ember.ops.families  # noqa: F401  (registers every op family)
         import ember.ops.compute  # noqa: F401  (attaches compute definitions)
+        from ember.ops.cost import attach_cost_rules
+
+        attach_cost_rules(_REGISTRY)
 
 
 # ---------------------------------------------------------------------------- contexts

@@ -281,7 +281,7 @@ def _infer_sequence_map(ctx: InferContext) -> list[ValueType | None]:
 
 
 @op("SequenceMap", family="sequence", infer=_infer_sequence_map, outputs=(1, -1),
-    attrs={"body": Attr.graph(REQUIRED)})
+    foldable=False, attrs={"body": Attr.graph(REQUIRED)})
 def sequence_map(ctx, sequence, *additional, body):
     """Apply body to each sample: the i-th tensor of every sequence input, tensors as they
     are; each output is the sequence of the body's results."""

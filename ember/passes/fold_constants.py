@@ -24,8 +24,6 @@ from ember.ir.types import TensorType
 from ember.ops.registry import RefContext, get_op
 from ember.passes.memory_budget import FoldBudget, output_nbytes
 
-# Folding these on constant inputs is never worth it or not meaningful.
-_NEVER_FOLD = {"If", "Loop", "Scan", "SequenceMap"}
 _MAX_GROWTH_ELEMENTS = 1 << 20
 
 
@@ -52,14 +50,13 @@ def fold_constants(graph: Graph, memory_limit: int | None = None) -> int:
 
 
 def _try_fold(graph: Graph, node: Node, budget: FoldBudget) -> list[np.ndarray] | None:
-    if node.op in _NEVER_FOLD or any(True for _ in node.subgraphs()):
+    opdef = get_op(node.op)
+    if opdef is None or not opdef.foldable or any(True for _ in node.subgraphs()):
         return None
     if node.op in ("Shape", "Size"):
         return _fold_metadata(graph, node)
-    if not all((not name) or name in graph.constants for name in node.inputs):
-        return None
-    opdef = get_op(node.op)
-    if opdef is None or not node.inputs:
+    if not node.inputs or not all((not name) or name in graph.constants
+                                  for name in node.inputs):
         return None
     args = [graph.constants[name] if name else None for name in node.inputs]
     if not _worth_folding(graph, node, args, budget):

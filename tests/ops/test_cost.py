@@ -1,10 +1,12 @@
-"""The FLOPs estimator: per-op rules over (symbolic) shapes, unknown dims, uncounted ops."""
+"""Op costs: FLOPs rules on the OpDefs over (symbolic) shapes, unknown dims, uncounted ops;
+bytes moved; foldability."""
 
 from __future__ import annotations
 
 from ember.core.dims import sym
 from ember.core.dtypes import DType
-from ember.ir.flops import estimate_flops, format_flops
+from ember.ops import get_op
+from ember.ops.cost import estimate_flops, format_flops, node_bytes, node_flops
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType, tensor
 
@@ -79,3 +81,24 @@ def test_subgraph_bodies_are_counted_with_their_own_types():
     assert estimate.by_op["Exp"] == 4000
     assert estimate.uncounted == {"If": 1}
     assert format_flops(estimate.total) == "4.00 KFLOPs"
+
+
+def test_cost_rules_live_on_the_opdefs():
+    assert get_op("MatMul").flops is not None and get_op("Relu").flops is not None
+    types = {"a": tensor(F32, 3, 5), "b": tensor(F32, 5, 7), "c": tensor(F32, 3, 7)}
+    node = Node("MatMul", ["a", "b"], ["c"])
+    assert get_op("MatMul").flops(node, types) == node_flops(node, types) == 2 * 5 * 3 * 7
+
+
+def test_bytes_moved_are_inputs_plus_outputs_and_unknown_without_shapes():
+    types = {"a": tensor(F32, 3, 5), "b": tensor(DType.FLOAT16, 5), "c": tensor(F32, 3, 5)}
+    assert node_bytes(Node("Add", ["a", "b"], ["c"]), types) == 4 * 15 + 2 * 5 + 4 * 15
+    assert node_bytes(Node("Add", ["a", "b"], ["c"]), {**types, "b": tensor(F32, "N")}) == \
+        4 * 15 + 4 * N + 4 * 15
+    assert node_bytes(Node("Add", ["a", "z"], ["c"]), types) is None
+
+
+def test_control_flow_is_not_folded_and_plain_ops_are():
+    assert not get_op("If").foldable and not get_op("Loop").foldable
+    assert not get_op("Scan").foldable and not get_op("SequenceMap").foldable
+    assert get_op("Add").foldable and get_op("Shape").foldable

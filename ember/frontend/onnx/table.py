@@ -8,7 +8,6 @@ newest form.  Upgrades live in ``upgrades.py``; this module holds the registry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import numpy as np
@@ -31,12 +30,6 @@ class Builder(Protocol):
 
 # An upgrade edits ``node`` in place (return None) or returns the nodes that replace it.
 UpgradeFn = Callable[[Node, Builder, int], "list[Node] | None"]
-
-
-@dataclass
-class OnnxOpEntry:
-    ember_op: str
-    upgrades: list[tuple[int, UpgradeFn]] = field(default_factory=list)  # (before_version, fn)
 
 
 _UPGRADES: dict[tuple[str, str], list[tuple[int, UpgradeFn]]] = {}
