@@ -4,7 +4,8 @@
     rep = backend.prepare("model.onnx")          # mode="compiled": one native library
     outputs = rep.run([x])                       # a tuple of arrays, in graph-output order
 
-``mode="reference"`` runs ember's numpy oracle (every op's reference) instead of compiling.
+``mode="reference"`` runs ember's numpy oracle (every op's reference) instead of compiling;
+``opt_level`` (compiled mode) picks the graph-pass pipeline, 2 by default.
 
 ``prepare`` accepts a path, bytes or a ModelProto.  ``run`` binds its inputs as every ember
 model does (:mod:`ember.runtime.binding`): a list/tuple in graph-input order or a dict by
@@ -32,7 +33,7 @@ DEFAULT_MODE = "compiled"
 class EmberRep(BackendRep):
     """A prepared model: runs inputs given as a list (graph-input order) or a dict."""
 
-    def __init__(self, graph: Graph, mode: str):
+    def __init__(self, graph: Graph, mode: str, opt_level: int = 2):
         self.graph = graph
         self.mode = mode
         if mode == "reference":
@@ -41,7 +42,7 @@ class EmberRep(BackendRep):
             from ember.api import Module
             from ember.driver.pipeline import BuildOptions
 
-            self._module = Module(graph, BuildOptions())
+            self._module = Module(graph, BuildOptions(opt_level=opt_level))
 
     @property
     def module(self):
@@ -70,13 +71,13 @@ class EmberBackend(Backend):
 
     @classmethod
     def prepare(cls, model: Any, device: str = "CPU", mode: str = DEFAULT_MODE,
-                **kwargs: Any) -> EmberRep:
+                opt_level: int = 2, **kwargs: Any) -> EmberRep:
         if not cls.supports_device(device):
             raise EmberError(f"device '{device}' is not supported; ember runs on CPU")
         if mode not in MODES:
             raise EmberError(f"unknown mode '{mode}'; choose one of {MODES}")
         graph = import_onnx(load_onnx_model(model))
-        return EmberRep(graph, mode)
+        return EmberRep(graph, mode, opt_level)
 
     @classmethod
     def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any):

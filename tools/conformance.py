@@ -4,6 +4,8 @@
     python tools/conformance.py --mode compiled      # through the compiled path
     python tools/conformance.py --kind all --mode both --report docs/coverage.md
     python tools/conformance.py -k "test_conv" -v    # a subset, with error details
+    python tools/conformance.py --kind all --mode compiled --opt-level 0 --opt-level 2
+                                                     # compiled at each opt level
 
 Prints pass counts per kind and checks them against tests/conformance/expected_failures.py:
 an unexpected failure or an unexpected pass makes the exit status non-zero.  The comparison is
@@ -45,11 +47,11 @@ def _load_cases(kinds: list[str], pattern: str | None):
 
 def run_case(args) -> tuple[str, str, str, str, list[str]]:
     """Returns (kind, name, status, detail, op_types)."""
-    kind, case, mode = args
+    kind, case, mode, opt_level = args
     from backend_harness import run_suite_case
 
     try:
-        status, detail = run_suite_case(case, mode)
+        status, detail = run_suite_case(case, mode, opt_level)
     except Exception as error:  # the harness itself broke: report, keep going
         status, detail = "error", f"{type(error).__name__}: {error}"
     return kind, case.name, status, detail, _op_types(case)
@@ -87,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", "--filter", default=None, help="regex on test names")
     parser.add_argument("--mode", default="reference",
                         help="ember backend mode: reference, compiled, or both")
+    parser.add_argument("--opt-level", type=int, action="append", choices=(0, 1, 2),
+                        help="compiled mode: the opt level(s) to run, repeatable (default: 2)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print failure details")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--report", type=Path, help="write a Markdown coverage report here")
@@ -99,10 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     cases = _load_cases(kinds, args.filter)
     results_by_mode = {}
     status = 0
-    for mode in modes:
-        results = _run_mode(cases, mode, args.jobs)
-        results_by_mode[mode] = results
-        status |= _summarize(results, mode, kinds, args.verbose)
+    opt_levels = args.opt_level or [2]
+    runs = [(mode, level) for mode in modes
+            for level in (opt_levels if mode == "compiled" else [2])]
+    for mode, level in runs:
+        results = _run_mode(cases, mode, level, args.jobs)
+        label = mode if mode != "compiled" or args.opt_level is None else f"{mode}-O{level}"
+        results_by_mode[label] = results
+        status |= _summarize(results, mode, label, kinds, args.verbose)
     if args.json:
         args.json.write_text(json.dumps(
             {mode: [dict(kind=k, name=n, status=s, detail=d, ops=o) for k, n, s, d, o in results]
@@ -115,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def _run_mode(cases, mode: str, jobs: int):
-    work = [(kind, case, mode) for kind, case in cases]
+def _run_mode(cases, mode: str, opt_level: int, jobs: int):
+    work = [(kind, case, mode, opt_level) for kind, case in cases]
     if jobs > 1 and len(work) > 20:
         with multiprocessing.get_context("fork").Pool(jobs, maxtasksperchild=200) as pool:
             results = list(pool.imap_unordered(run_case, work, chunksize=4))
@@ -126,7 +134,7 @@ def _run_mode(cases, mode: str, jobs: int):
     return results
 
 
-def _summarize(results, mode: str, kinds: list[str], verbose: bool) -> int:
+def _summarize(results, mode: str, label: str, kinds: list[str], verbose: bool) -> int:
     """Print pass counts and surprises; 1 if any result differs from the expected list."""
     from expected_failures import expected_failures
 
@@ -145,7 +153,7 @@ def _summarize(results, mode: str, kinds: list[str], verbose: bool) -> int:
             print(f"--- {name} [{status}] {note}")
             print("    " + detail.replace("\n", "\n    ")[:2000])
 
-    print(f"\nONNX backend suite, ember mode={mode}")
+    print(f"\nONNX backend suite, ember mode={label}")
     for kind in kinds:
         counts = per_kind[kind]
         total = sum(counts.values())

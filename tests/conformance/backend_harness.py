@@ -124,8 +124,8 @@ def compare_outputs(expected: list, actual: list, rtol: float, atol: float) -> N
             Runner.assert_similar_outputs([want], [got], rtol=rtol, atol=atol)
 
 
-def run_suite_case(case, mode: str = "reference") -> tuple[str, str]:
-    """('pass' | 'fail' | 'error', detail) for one suite case."""
+def run_suite_case(case, mode: str = "reference", opt_level: int = 2) -> tuple[str, str]:
+    """('pass' | 'fail' | 'error', detail) for one suite case (``opt_level``: compiled mode)."""
 
     import ember.onnx_backend as backend
 
@@ -136,7 +136,7 @@ def run_suite_case(case, mode: str = "reference") -> tuple[str, str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rep = backend.prepare(model, mode=mode)
+            rep = backend.prepare(model, mode=mode, opt_level=opt_level)
             for inputs, expected in sets:
                 outputs = rep.run(inputs)
                 compare_outputs(expected, list(outputs), case.rtol, case.atol)
