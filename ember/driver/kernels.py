@@ -86,9 +86,12 @@ def _implement(graph: Graph, group: FusedGroup, support: dict[int, NodeSupport],
 
 def _split(graph: Graph, group: FusedGroup, support: dict[int, NodeSupport],
            index: int) -> list[KernelImpl]:
-    """The group's nodes implemented one by one (when the fused lowering fails)."""
-    return [impl for node in group.nodes
-            for impl in _implement(graph, _single(graph, node), support, index)]
+    """The group's nodes implemented one by one (when the fused lowering fails), each named
+    after the step index it will get."""
+    parts: list[KernelImpl] = []
+    for node in group.nodes:
+        parts.extend(_implement(graph, _single(graph, node), support, index + len(parts)))
+    return parts
 
 
 def _kernel_name(index: int, group: FusedGroup) -> str:

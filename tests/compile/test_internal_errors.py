@@ -68,6 +68,16 @@ def test_a_fused_group_whose_lowering_raises_is_split_and_still_correct(monkeypa
     assert [len(impl.nodes) for impl in module.build.kernels] == [1, 1]
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     np.testing.assert_allclose(module(x), np.exp(np.maximum(x, 0)), rtol=1e-6)
+    # nodes of one op, split apart, still get distinct kernel names
+    same_ops = infer_shapes(parse_graph("""
+        graph g(%x: f32[4, 8]) -> (%y: f32[4, 8]) {
+          %a = Add(%x, %x)
+          %b = Add(%a, %x)
+          %y = Add(%b, %a)
+        }"""))
+    module = ember.compile(same_ops, opt_level=1)
+    assert len(module.build.kernels) == 3
+    np.testing.assert_allclose(module(x), 5 * x, rtol=1e-6)
 
 
 def test_a_kernel_whose_schedule_raises_is_named(monkeypatch):
