@@ -22,8 +22,8 @@ index they load from, so no load ever leaves its buffer even if a later schedule
 both sides of the guard.
 
 Intermediate stages (row maxima and sums, statistics, BatchNorm factors, AveragePool counts)
-are kernel-local buffers; :func:`~ember.ops.compute.reduce.compute_def` keeps them within the
-stack budget codegen allows, falling back to the reference beyond it.
+that lowering does not inline become scratch buffers in the workspace arena, sized with the
+rest of the model's memory (and bounded by its memory budget), not on the kernel's stack.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ from ember.ir.compute import (NARROW_FLOATS, IterVar, Reduce, Tensor, cast, comp
                               widen)
 from ember.ir.loop.expr import INDEX, Const, Expr, Select, call, maximum, minimum
 from ember.ops.compute.reduce import (Reduction, absolute, accumulator_dtype, accurate_sum,
-                                      broadcast_index, compute_def, extreme_index, float_dtype,
+                                      broadcast_index, extreme_index, float_dtype,
                                       logical_and, normalize_axis, ordered, reduce_stage,
                                       require_kernel_dtypes, sum_stage)
 # The references' own window geometry, so compiled and numpy padding cannot drift apart.
 from ember.ops.conv import Window, kernel_of, transpose_plan, transpose_window
-from ember.ops.registry import NoCompute
+from ember.ops.registry import NoCompute, compute_of
 
 _FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.BFLOAT16)
 
@@ -102,7 +102,7 @@ def _softmax_parts(x: Tensor, axis: int) -> tuple[Reduction, Callable[..., Expr]
     return red, shifted, sums
 
 
-@compute_def("Softmax")
+@compute_of("Softmax")
 def softmax(ctx, x, *, axis):
     _require_float(x)
     red, shifted, total = _softmax_parts(x, axis)
@@ -110,7 +110,7 @@ def softmax(ctx, x, *, axis):
                    / total[red.kept(i)], name="softmax", dtype=x.dtype)
 
 
-@compute_def("LogSoftmax")
+@compute_of("LogSoftmax")
 def log_softmax(ctx, x, *, axis):
     _require_float(x)
     red, shifted, total = _softmax_parts(x, axis)
@@ -118,7 +118,7 @@ def log_softmax(ctx, x, *, axis):
         call("log", total[red.kept(i)]), x.dtype), name="logsoftmax", dtype=x.dtype)
 
 
-@compute_def("Hardmax")
+@compute_of("Hardmax")
 def hardmax(ctx, x, *, axis):
     _require_float(x)
     axis = normalize_axis(axis, x.ndim)
@@ -181,7 +181,7 @@ def _stash(stash_type: int) -> DType:
     return dtype
 
 
-@compute_def("BatchNormalization")
+@compute_of("BatchNormalization")
 def batch_normalization(ctx, x, scale, b, input_mean, input_var, *, epsilon, momentum,
                         training_mode):
     """Inference form: (x - mean) * (scale / sqrt(var + epsilon)) + B, per channel."""
@@ -204,7 +204,7 @@ def batch_normalization(ctx, x, scale, b, input_mean, input_var, *, epsilon, mom
     return compute(x.shape, body, name="batchnorm", dtype=x.dtype)
 
 
-@compute_def("InstanceNormalization")
+@compute_of("InstanceNormalization")
 def instance_normalization(ctx, x, scale, b, *, epsilon):
     _require_float(x, scale, b)
     if x.ndim < 2 or scale.shape != (x.shape[1],) or b.shape != (x.shape[1],):
@@ -250,7 +250,7 @@ def _check_broadcast(x: Tensor, *params: Tensor | None) -> None:
             raise NoCompute(f"parameter {list(t.shape)} does not broadcast to {list(x.shape)}")
 
 
-@compute_def("LayerNormalization")
+@compute_of("LayerNormalization")
 def layer_normalization(ctx, x, scale, b=None, *, axis, epsilon, stash_type):
     """Normalize over axes [axis, rank); the Mean and InvStdDev outputs are the statistics."""
     _require_float(x, scale, b)
@@ -270,7 +270,7 @@ def layer_normalization(ctx, x, scale, b=None, *, axis, epsilon, stash_type):
     return (y, mean, inv_std)[:ctx.num_outputs] if ctx.num_outputs > 1 else y
 
 
-@compute_def("RMSNormalization")
+@compute_of("RMSNormalization")
 def rms_normalization(ctx, x, scale, *, axis, epsilon, stash_type):
     """x / sqrt(mean(x**2) + epsilon) over axes [axis, rank), then * scale."""
     _require_float(x, scale)
@@ -287,7 +287,7 @@ def rms_normalization(ctx, x, scale, *, axis, epsilon, stash_type):
     return compute(x.shape, body, name="rmsnorm", dtype=ctx.output_types[0].dtype)
 
 
-@compute_def("GroupNormalization")
+@compute_of("GroupNormalization")
 def group_normalization(ctx, x, scale, bias, *, num_groups, epsilon, stash_type):
     _require_float(x, scale, bias)
     work = _stash(stash_type)
@@ -307,7 +307,7 @@ def group_normalization(ctx, x, scale, bias, *, num_groups, epsilon, stash_type)
     return compute(x.shape, body, name="groupnorm", dtype=x.dtype)
 
 
-@compute_def("LpNormalization")
+@compute_of("LpNormalization")
 def lp_normalization(ctx, x, *, axis, p):
     """x / ||x||_p along ``axis``; 0 where the norm is 0."""
     _require_float(x)
@@ -341,7 +341,7 @@ def _product_dtype(a: Tensor, b: Tensor) -> DType:
     return compute_dtype(a.dtype)
 
 
-@compute_def("MatMul")
+@compute_of("MatMul")
 def matmul(ctx, a, b):
     """Batched ``a @ b`` with numpy semantics; the reduction runs along A's rows."""
     acc = _product_dtype(a, b)
@@ -364,7 +364,7 @@ def matmul(ctx, a, b):
     return compute(out.shape, body, name="matmul", dtype=out.dtype)
 
 
-@compute_def("Gemm")
+@compute_of("Gemm")
 def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
     """alpha * A' @ B' + beta * C with the reference's order of operations."""
     acc = _product_dtype(a, b)
@@ -478,7 +478,7 @@ def _taps(x: Tensor, kernel: Sequence[int], attrs: dict, out_shape: Sequence[int
 # ----------------------------------------------------------------------------- Conv
 
 
-@compute_def("Conv")
+@compute_of("Conv")
 def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
     """y[n, m, o] = sum over (c, taps) of x[n, g * C/G + c, o * s - p + t * d] * w[m, c, t]."""
     acc = _product_dtype(x, w)
@@ -507,7 +507,7 @@ def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, s
     return compute(out.shape, body, name="conv", dtype=out.dtype)
 
 
-@compute_def("ConvTranspose")
+@compute_of("ConvTranspose")
 def conv_transpose(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape,
                    output_padding, output_shape, pads, strides):
     """Gather form of the transposed convolution: output position o (shifted by the crop)
@@ -559,7 +559,7 @@ def _pool_taps(ctx, x: Tensor, kernel_shape, attrs: dict, ceil_mode: int) -> _Ta
                  ceil_mode=bool(ceil_mode))
 
 
-@compute_def("MaxPool")
+@compute_of("MaxPool")
 def max_pool(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order,
              strides):
     """Maximum over each window's taps inside the input (padding never wins)."""
@@ -593,7 +593,7 @@ def _window_sums(x: Tensor, taps: _Taps, element, name: str, finish=lambda s, o:
     return compute(shape, body, name=name, dtype=dtype)
 
 
-@compute_def("AveragePool")
+@compute_of("AveragePool")
 def average_pool(ctx, x, *, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape,
                  pads, strides):
     """Window sums divided by how many positions count: those inside the input, or inside
@@ -636,7 +636,7 @@ def _lp(p: int, work: DType):
         (lambda s: call("pow", s, const_like(1.0 / p, s.dtype)))
 
 
-@compute_def("LpPool")
+@compute_of("LpPool")
 def lp_pool(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides):
     _require_float(x)
     if p < 1:
@@ -655,7 +655,7 @@ def _global(x: Tensor) -> Reduction:
     return Reduction(x.shape, tuple(range(2, x.ndim)), keepdims=True)
 
 
-@compute_def("GlobalAveragePool")
+@compute_of("GlobalAveragePool")
 def global_average_pool(ctx, x):
     red = _global(x)
     work = compute_dtype(x.dtype) if x.dtype.is_float else DType.FLOAT64
@@ -664,13 +664,13 @@ def global_average_pool(ctx, x):
                         finish=lambda s: s / count, dtype=x.dtype)
 
 
-@compute_def("GlobalMaxPool")
+@compute_of("GlobalMaxPool")
 def global_max_pool(ctx, x):
     return reduce_stage(x, _global(x), "max", "globalmaxpool", element=ordered,
                         dtype=x.dtype)
 
 
-@compute_def("GlobalLpPool")
+@compute_of("GlobalLpPool")
 def global_lp_pool(ctx, x, *, p):
     _require_float(x)
     if p < 1:

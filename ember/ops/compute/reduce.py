@@ -34,7 +34,6 @@ matmul, convolution and pooling definitions in ``nn.py``.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -92,44 +91,6 @@ def accurate_sum(value: Expr, axis: IterVar | Sequence[IterVar],
 REDUCERS: dict[str, Callable[..., Reduce]] = {
     "sum": accurate_sum, "prod": reduce_prod, "max": reduce_max, "min": reduce_min,
 }
-
-# Intermediate stages live on the kernel's stack (codegen allows 1 MiB of local buffers per
-# kernel); a definition needing more scratch than this falls back to the reference.
-SCRATCH_LIMIT_BYTES = 512 * 1024
-
-
-def scratch_bytes(outputs: Sequence[Tensor]) -> int:
-    """Bytes of the intermediate (non-output) stages the ``outputs`` depend on."""
-    seen: dict[int, Tensor] = {}
-    pending = list(outputs)
-    while pending:
-        tensor = pending.pop()
-        if tensor.stage is None or id(tensor) in seen:
-            continue
-        seen[id(tensor)] = tensor
-        pending.extend(tensor.stage.inputs)
-    outs = {id(t) for t in outputs}
-    return sum(t.size * t.dtype.itemsize for key, t in seen.items() if key not in outs)
-
-
-def compute_def(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """:func:`compute_of` for definitions with intermediate stages: NoCompute when their
-    scratch would exceed :data:`SCRATCH_LIMIT_BYTES`."""
-
-    def attach(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def bounded(ctx, *args, **kwargs):
-            result = fn(ctx, *args, **kwargs)
-            outputs = list(result) if isinstance(result, (tuple, list)) else [result]
-            needed = scratch_bytes(outputs)
-            if needed > SCRATCH_LIMIT_BYTES:
-                raise NoCompute(f"needs {needed} bytes of scratch, over the stack budget")
-            return result
-
-        return compute_of(*names)(bounded)
-
-    return attach
-
 
 # ----------------------------------------------------------------------------- dtype helpers
 
@@ -310,15 +271,13 @@ def sum_stage(shape: Sequence[int], total: Callable[..., Reduce], name: str, dty
     ``columns`` (the stage's innermost axis walks the input contiguously, as in ReduceSum
     over axis 0) the scalar form reads the input down its columns, an order of magnitude
     slower, so the sum gets a scratch stage of its own in the accumulator type (float64),
-    and a second, elementwise stage finishes it and rounds it to ``dtype`` once.  The scratch
-    buffer is used while it takes at most half of :data:`SCRATCH_LIMIT_BYTES` (the other half
-    is left for the definition's other statistics); past that, the one-stage form.
+    and a second, elementwise stage finishes it and rounds it to ``dtype`` once (the scratch
+    stage lives in the workspace arena).
     """
     shape = tuple(shape)
     if columns and shape and shape[-1] >= MIN_COLUMNS:
         sums = compute(shape, total, name=f"{name}_sum")
-        if sums.dtype != dtype and \
-                sums.size * sums.dtype.itemsize <= SCRATCH_LIMIT_BYTES // 2:
+        if sums.dtype != dtype:
             return compute(shape, lambda *index: finish(sums[index], index), name=name,
                            dtype=dtype)
     return compute(shape, lambda *index: finish(total(*index), index), name=name, dtype=dtype)
@@ -383,7 +342,7 @@ def _register_reduce(name: str, combiner: str, element: Callable[[Expr], Expr],
     floats to float64 in :func:`accurate_sum`).  The result is rounded once, to x's type.
     """
 
-    @compute_def(name)
+    @compute_of(name)
     def reduce_op(ctx, data, axes=None, *, keepdims, noop_with_empty_axes):
         require_kernel_dtypes(data, allow_bool=combiner in ("max", "min"))
         red = Reduction(data.shape, _reduce_axes(ctx, data, axes, noop_with_empty_axes),
@@ -418,7 +377,7 @@ _register_reduce("ReduceL2", "sum", _square, lambda red, r: float_math("sqrt", r
 _register_reduce("ReduceLogSum", "sum", lambda v: v, lambda red, r: float_math("log", r))
 
 
-@compute_def("ReduceLogSumExp")
+@compute_of("ReduceLogSumExp")
 def reduce_log_sum_exp(ctx, data, axes=None, *, keepdims, noop_with_empty_axes):
     """log(sum(exp(x - peak))) + peak, the peak being the maximum where it is finite, else 0.
 
@@ -462,12 +421,12 @@ def _arg_extreme(data: Tensor, axis: int, keepdims: int, select_last_index: int,
                          f"arg{combiner}")
 
 
-@compute_def("ArgMax")
+@compute_of("ArgMax")
 def arg_max(ctx, data, *, axis, keepdims, select_last_index):
     return _arg_extreme(data, axis, keepdims, select_last_index, "max")
 
 
-@compute_def("ArgMin")
+@compute_of("ArgMin")
 def arg_min(ctx, data, *, axis, keepdims, select_last_index):
     return _arg_extreme(data, axis, keepdims, select_last_index, "min")
 
@@ -475,7 +434,7 @@ def arg_min(ctx, data, *, axis, keepdims, select_last_index):
 # ----------------------------------------------------------------------------- CumSum
 
 
-@compute_def("CumSum")
+@compute_of("CumSum")
 def cum_sum(ctx, x, axis, *, exclusive, reverse):
     """Each element sums the prefix (suffix with ``reverse``) of its line along the axis.
 
