@@ -1,6 +1,7 @@
 """The ``ember`` command line.
 
     ember inspect MODEL.onnx [--ir | --no-ir] [--json OUT] [--dim N=8]
+    ember inspect MODEL.onnx --stages [--kernel K] [--html OUT] [--opt-level 2] [--dim N=8]
     ember run MODEL.onnx [--input NAME=FILE.npy ...] [--dim N=1] [--seed S] [--output-dir DIR]
     ember bench [--models ...] [--batch 1 16] [--exporter both] [--peers ...] [--quick]
 
@@ -196,13 +197,34 @@ def _add_inspect(commands: argparse._SubParsersAction) -> None:
                              f"{SMALL_GRAPH_NODES} nodes)")
     parser.add_argument("--json", type=Path, metavar="OUT",
                         help="also write the imported graph as ember graph JSON to OUT")
-    _add_dim_option(parser, "bind a symbolic dimension to evaluate the FLOPs estimate")
+    _add_dim_option(parser, "bind a symbolic dimension (for the FLOPs estimate; --stages "
+                            "compiles for these sizes, so it needs every input dimension)")
+    stages = parser.add_argument_group(
+        "compilation stages", "compile the model and show what each stage made of it")
+    stages.add_argument("--stages", action="store_true",
+                        help="compile and show the graph after each pass (its IR with --ir; "
+                             "by default for small graphs), the kernels and the memory plan")
+    stages.add_argument("--kernel", metavar="K",
+                        help="print the generated C of kernel K: its step index, C symbol, or "
+                             "the name of a node in it (implies --stages)")
+    stages.add_argument("--html", type=Path, metavar="OUT",
+                        help="write every stage to one self-contained HTML page OUT, with a "
+                             "drawing of the compiled graph (implies --stages)")
+    stages.add_argument("--opt-level", type=int, choices=(0, 1, 2), default=None,
+                        help="the optimization level compiled at (default 2)")
+    _add_memory_limit_option(stages)
     parser.set_defaults(handler=_inspect)
 
 
 def _inspect(args: argparse.Namespace, console: Console) -> int:
-    graph = _load(args.model)
+    staged = args.stages or args.kernel is not None or args.html is not None
+    if not staged and args.opt_level is not None:
+        raise InputError("--opt-level applies to the compilation that --stages shows; add "
+                         "--stages")
+    graph = _load(args.model, args.memory_limit)
     bindings = _bindings(graph, args.dim)
+    # Check the sizes before printing anything: compiling needs every dimension bound.
+    shapes = _compile_shapes(graph, bindings) if staged else {}
     console.print(Text(str(args.model), style="bold"), _provenance(graph))
     console.print(_signature_table("Inputs", graph.inputs, graph))
     console.print(_signature_table("Outputs", graph.outputs, graph))
@@ -224,7 +246,42 @@ def _inspect(args: argparse.Namespace, console: Console) -> int:
     if args.json is not None:
         save_graph(graph, args.json)
         console.print(f"wrote the graph IR as JSON to {args.json}")
+    if staged:
+        _inspect_stages(args, graph, shapes, console)
     return EXIT_OK
+
+
+def _inspect_stages(args: argparse.Namespace, graph: Graph, shapes: dict[str, tuple[int, ...]],
+                    console: Console) -> None:
+    """``inspect --stages``: compile once with every pass dumped, then show each stage."""
+    from ember.driver import BuildOptions
+    from ember.inspect import collect_stages, write_html
+    from ember.inspect.terminal import kernels_table, memory_table, passes_table
+
+    opt_level = 2 if args.opt_level is None else args.opt_level
+    stages = collect_stages(graph, shapes, BuildOptions(opt_level=opt_level,
+                                                        memory_limit=args.memory_limit))
+    console.print()
+    console.print(passes_table(stages))
+    show_ir = args.ir if args.ir is not None else len(stages.graph.nodes) <= SMALL_GRAPH_NODES
+    for stage in stages.passes:
+        if show_ir and stage.ir is not None:
+            console.print(Text(f"after pass {stage.position} {stage.name} ({stage.changed} "
+                               f"changed, {stage.seconds * 1e3:.2f} ms):", style="bold"))
+            console.out(stage.ir, highlight=False)
+    console.print(kernels_table(stages))
+    console.print(memory_table(stages.memory))
+    if stages.memory.in_place:
+        console.print("written in place: " + ", ".join(
+            f"{output} over {source}" for output, source in stages.memory.in_place))
+    if args.kernel is not None:
+        kernel = stages.select_kernel(args.kernel)
+        console.print(Text(f"kernel {kernel.index}: {kernel.symbol} ({kernel.ops}; nodes "
+                           f"{', '.join(kernel.nodes)})", style="bold"))
+        console.out(stages.kernel_source(kernel), highlight=False)
+    if args.html is not None:
+        write_html(stages, args.html, args.model.name)
+        console.print(f"wrote the stages as HTML to {args.html}")
 
 
 def _provenance(graph: Graph) -> str:
@@ -526,16 +583,7 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
     from ember.package import save_artifact
 
     graph = _load(args.model, args.memory_limit)
-    bindings = _bindings(graph, args.dim)
-    shapes = {}
-    for name in graph.inputs:
-        vtype = graph.types.get(name)
-        if isinstance(vtype, TensorType) and vtype.shape is not None:
-            try:
-                shapes[name] = tuple(_concrete_required(d, bindings, name) for d in vtype.shape)
-            except KeyError as missing:
-                raise InputError(f"input '{name}' has the symbolic dimension {missing}; give its "
-                                 f"size with --dim {missing.args[0]}=SIZE") from None
+    shapes = _compile_shapes(graph, _bindings(graph, args.dim))
     # Build and save without loading the library: the artifact may be for another CPU
     # (--target x86_64-avx512 on an AVX2 machine), which this machine's runtime would refuse.
     options = BuildOptions(target=Target.parse(args.target), opt_level=args.opt_level,
@@ -547,15 +595,36 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _concrete_required(dim: Dim, bindings: Mapping[str, int], input_name: str) -> int:
-    if isinstance(dim, int):
-        return dim
-    symbol = _single_symbol(dim) if dim is not None else None
-    if symbol is None:
-        raise InputError(f"input '{input_name}' has a dimension '{dim}' that cannot be bound")
-    if symbol not in bindings:
-        raise KeyError(symbol)
-    return bindings[symbol]
+def _compile_shapes(graph: Graph, bindings: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+    """The concrete input shapes to compile for; names every symbolic dimension that --dim
+    leaves unbound (all of them at once, not one per attempt)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    unbound: dict[str, list[str]] = {}  # symbol -> inputs that have it
+    for name in graph.inputs:
+        vtype = graph.types.get(name)
+        if not isinstance(vtype, TensorType) or vtype.shape is None:
+            continue
+        dims = []
+        for dim in vtype.shape:
+            if isinstance(dim, int):
+                dims.append(dim)
+                continue
+            symbol = _single_symbol(dim) if dim is not None else None
+            if symbol is None:
+                raise InputError(f"input '{name}' has a dimension '{dim}' that cannot be bound")
+            if symbol in bindings:
+                dims.append(bindings[symbol])
+            elif name not in unbound.setdefault(symbol, []):
+                unbound[symbol].append(name)
+        shapes[name] = tuple(dims)
+    if unbound:
+        where = "; ".join(
+            (f"input {inputs[0]!r} has" if len(inputs) == 1 else
+             f"inputs {', '.join(repr(i) for i in inputs)} have") +
+            f" the symbolic dimension '{symbol}'" for symbol, inputs in unbound.items())
+        options = " ".join(f"--dim {symbol}=SIZE" for symbol in unbound)
+        raise InputError(f"compiling needs concrete sizes: {where}; give them with {options}")
+    return shapes
 
 
 # ---------------------------------------------------------------------- bench
