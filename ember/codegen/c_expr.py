@@ -23,10 +23,10 @@ from ember.codegen.c_types import (NARROW_FLOATS, CodegenError, compute_ctype, f
                                    int_literal, lane_ctype, narrow_float_value, padded_lanes,
                                    signed_lane, storage_ctype, tag, unsigned_lane, vector_name,
                                    vector_typedef)
+from ember.ir.loop.affine import affine_ramp
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import (COMPARISONS, Binary, Broadcast, Call, Cast, Const, Expr, Load,
                                 Ramp, Select, Unary, Var)
-from ember.ir.loop.simplify import simplify
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -34,22 +34,6 @@ _BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^"}
 # bool operands: arithmetic as numpy does it on booleans (add = or, mul = and, ...)
 _BOOL_OPS = {"add": "|", "max": "|", "bitor": "|", "or": "|", "mul": "&", "min": "&",
              "bitand": "&", "and": "&", "sub": "^", "bitxor": "^"}
-
-
-def affine_ramp(index: Expr) -> tuple[Expr, Expr] | None:
-    """``(base, stride)`` when the vector ``index`` is ``base + stride * lane``, as a sum or
-    difference of Ramps and Broadcasts (how ``flat_index`` combines a vector column with a
-    broadcast row offset), so that it can be a contiguous access instead of a gather."""
-    if isinstance(index, Ramp):
-        return index.base, index.stride
-    if isinstance(index, Broadcast):
-        return index.value, Const(0, index.dtype)
-    if isinstance(index, Binary) and index.op in ("add", "sub"):
-        a, b = affine_ramp(index.a), affine_ramp(index.b)
-        if a is not None and b is not None:
-            return (simplify(Binary(index.op, a[0], b[0])),
-                    simplify(Binary(index.op, a[1], b[1])))
-    return None
 
 
 def vector_builder(name: str, params: str, vt: str, lane: str, lanes: int, element: str,

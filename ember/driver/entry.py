@@ -30,7 +30,7 @@ from typing import Any
 from ember.codegen.c_names import c_comment
 from ember.codegen.c_types import storage_ctype
 from ember.core.dtypes import DType
-from ember.ir.graph import Graph, Node
+from ember.ir.graph import Graph
 from ember.ir.types import TensorType
 
 # Version of the calling convention of ``ember_run`` and ``ember_signature``.

@@ -23,6 +23,7 @@ from ember.ir.compute import ComputeContext, Reduce, Stage, Tensor, placeholder
 from ember.ir.graph import Node
 from ember.lower.flatten import element_offset, flatten
 from ember.lower.inline import inline_stages
+from ember.ir.loop.affine import local_stride
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import INDEX, Binary, BufferLoad, Const, Expr, Load, Select, Var
 from ember.ir.loop.functor import rewrite, substitute, walk
@@ -262,19 +263,6 @@ def _prefers_output_accumulation(stage: Stage, red: Reduce) -> bool:
             if stride is None or not 1 <= abs(stride) <= MAX_VECTOR_LOAD_STRIDE:
                 return False
     return used
-
-
-def local_stride(index: Expr, var: Var, extents: dict) -> int | None:
-    """How far ``index`` moves when ``var`` steps by one, at an interior point of the loop
-    space (every variable at half its extent): the stride of affine indices, and that of
-    clamped/padded ones away from the borders.  None if it cannot be evaluated."""
-    point = {v: Const(max(e // 2, 0), INDEX) for v, e in extents.items()}
-    here = simplify(substitute(index, point))
-    point[var] = Const(max(extents.get(var, 2) // 2, 0) + 1, INDEX)
-    there = simplify(substitute(index, point))
-    if isinstance(here, Const) and isinstance(there, Const):
-        return int(there.value) - int(here.value)
-    return None
 
 
 def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:

@@ -18,6 +18,7 @@ accumulator that lives across the reduction::
         for k ... @reduce
           unrolled for row_i: vectorized for col_i: acc[..] = acc[..] + f(...)
         unrolled for row_s: vectorized for col_s: out[..] = acc[..]         # store
+        [unrolled for row_s: vectorized for col_s: out[..] = epilogue(out[..])]   # fused
       <the same for the last, narrower column tile>                        # peeled tail
     <the same for the last, shorter row tile>                              # peeled tail
 
@@ -31,42 +32,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ember.ir.loop.affine import affine_coefficients
 from ember.ir.loop.buffer import Buffer
-from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Var
+from ember.ir.loop.expr import INDEX, Const, Expr, Load, Var
 from ember.ir.loop.functor import rewrite, substitute, walk
 from ember.ir.loop.simplify import simplify
 from ember.ir.loop.stmt import Allocate, For, ForKind, Stmt, Store, seq
 
 if TYPE_CHECKING:
     from ember.schedule.primitives import Schedule
-
-
-def affine_coefficients(expr: Expr) -> dict[Var | None, int] | None:
-    """``expr`` as ``{var: coefficient, None: constant}`` if it is an integer affine
-    combination of variables (sums, differences, products by constants), else None."""
-    if isinstance(expr, Const):
-        return {None: int(expr.value)} if expr.dtype.is_int and expr.lanes == 1 else None
-    if isinstance(expr, Var):
-        return {expr: 1}
-    if isinstance(expr, Binary) and expr.op in ("add", "sub"):
-        a, b = affine_coefficients(expr.a), affine_coefficients(expr.b)
-        if a is None or b is None:
-            return None
-        sign = 1 if expr.op == "add" else -1
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = out.get(k, 0) + sign * v
-        return out
-    if isinstance(expr, Binary) and expr.op == "mul":
-        a, b = affine_coefficients(expr.a), affine_coefficients(expr.b)
-        if a is None or b is None:
-            return None
-        for c, other in ((a, b), (b, a)):
-            if set(c) <= {None}:
-                factor = c.get(None, 0)
-                return {k: v * factor for k, v in other.items()}
-        return None
-    return None
 
 
 def cache_accumulator(schedule: "Schedule", row: str, col: str, rows: int, cols: int,
@@ -77,8 +51,8 @@ def cache_accumulator(schedule: "Schedule", row: str, col: str, rows: int, cols:
     With ``fuse_passes``, a nest that lowering emitted as an accumulation (an ``init`` pass
     over the output, this update, an ``epilogue`` pass: see ``lower._lower_reduction_into_
     output``) becomes one pass: each tile starts from the initial value instead of loading
-    the output, and stores the epilogue of the accumulated value (a bias, an activation, a
-    residual) instead of the raw sum; the init and epilogue passes are removed."""
+    the output, and applies the epilogue (a bias, an activation, a residual) to the tile
+    right after storing it, while it is in L1; the init and epilogue passes are removed."""
     from ember.schedule.primitives import ScheduleError, _const_extent, is_reduction_loop
 
     fname = schedule.func.name
@@ -162,15 +136,22 @@ def cache_accumulator(schedule: "Schedule", row: str, col: str, rows: int, cols:
         for l in reversed(reduce_loops):
             update = replace(l, body=update)
         out_index, acc_index, mapping = at("s")
-        value: Expr = Load(acc, acc_index)
-        if epilogue is not None:
-            value = simplify(substitute(epilogue, {**mapping, result: value}))
-            stale = {n.name for n in walk(value) if isinstance(n, Var)} - in_scope - {
-                r_vars["s"].name, c_vars["s"].name, ro, co}
-            if stale:
-                raise fail(f"the epilogue refers to loops that no longer exist: {sorted(stale)}")
-        save = tile_loops("s", Store(out, out_index, value))
-        return Allocate(acc, seq(load, update, save))
+        # The tile is stored as it is accumulated, and a fused epilogue is then applied to
+        # the stored tile, which is still in L1.  Applied in the store itself, an epilogue
+        # with a comparison (Relu's select) kept GCC from vectorizing the store, and then
+        # from keeping the accumulators in registers during the reduction: a 3x3 conv over
+        # 256 channels at 14x14 took twice as long, ResNet-18 20 % longer than unfused.
+        save = tile_loops("s", Store(out, out_index, Load(acc, acc_index)))
+        body = Allocate(acc, seq(load, update, save))
+        if epilogue is None:
+            return body
+        value = simplify(substitute(epilogue, {**mapping, result: Load(out, out_index)}))
+        stale = {n.name for n in walk(value) if isinstance(n, Var)} - in_scope - {
+            r_vars["s"].name, c_vars["s"].name, ro, co}
+        if stale:
+            raise fail(f"the epilogue refers to loops that no longer exist: {sorted(stale)}")
+        finish = tile_loops("s", Store(out, out_index, value))
+        return seq(body, schedule._rename_copied_loops(finish))
 
     full_rows, rem_rows = divmod(row_extent, rows)
     full_cols, rem_cols = divmod(col_extent, cols)

@@ -21,7 +21,7 @@ from ember.ir.loop import (INDEX, Binary, Buffer, Const, For, ForKind, Load,  # 
                            PrimFunc, Store, Var, verify_func)
 from ember.ir.loop.expr import Cast  # noqa: E402
 from ember.lower import LoweringError, lower_compute  # noqa: E402
-from ember.lower.lower import local_stride  # noqa: E402
+from ember.ir.loop.affine import local_stride  # noqa: E402
 
 F32, I32, I8 = DType.FLOAT32, DType.INT32, DType.INT8
 

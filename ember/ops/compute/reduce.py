@@ -34,7 +34,7 @@ matmul, convolution and pooling definitions in ``nn.py``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 

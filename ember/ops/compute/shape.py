@@ -29,7 +29,7 @@ import numpy as np
 import ember.ops.families  # noqa: F401  (registers the ops these definitions attach to)
 from ember.core.dtypes import DType
 from ember.ir.compute import ComputeContext, Tensor, compute, const_like
-from ember.ir.loop.expr import INDEX, Cast, Const, Expr, Load, Select, maximum, minimum
+from ember.ir.loop.expr import INDEX, Cast, Const, Expr, Select, maximum, minimum
 from ember.ir.loop.simplify import simplify
 from ember.ops.compute.elementwise import (NUMERIC, broadcast_load, convert, logical_and, require,
                                            require_dtypes)
