@@ -41,7 +41,8 @@ import numpy as np
 
 from ember.ir.graph import Graph, Node
 from ember.ops.registry import get_op
-from ember.passes.rewrite import GraphIndex
+from ember.ir.types import TensorType
+from ember.passes.rewrite import GraphIndex, same_type
 
 COMMUTATIVE = frozenset({"Add", "Mul"})
 
@@ -157,6 +158,21 @@ class Match:
 def match(pattern: Pattern, index: GraphIndex, value: str) -> Match | None:
     """The first way ``pattern`` matches the computation of ``value``, or None."""
     return next(_match(pattern, index, value, Match(value)), None)
+
+
+def match_float_map(pattern: Pattern, index: GraphIndex,
+                    root: str) -> tuple[Match, TensorType] | None:
+    """A match of ``pattern`` at ``root`` that one op ``root = Op(x)`` can replace: private
+    (nothing else reads what it covers), with ``x`` a float tensor of ``root``'s type -- the
+    shape of every composite recognized as a single op (GELU, SiLU, HardSwish, softmax).
+    Returns the match and ``x``'s type."""
+    found = match(pattern, index, root)
+    if found is None or not found.is_private(index):
+        return None
+    x_type = index.tensor_type(found.values["x"])
+    if x_type is None or not x_type.dtype.is_float or not same_type(index.type_of(root), x_type):
+        return None
+    return found, x_type
 
 
 # ---------------------------------------------------------------------- predicates

@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 
 from ember.ir.graph import Graph, Node
-from ember.passes.patterns import (AnyOf, Constant, Op, Product, Rewrite, Value, match,
-                                   rewrite_matches, scalar)
-from ember.passes.rewrite import GraphIndex, same_type
+from ember.passes.patterns import (AnyOf, Constant, Op, Product, Rewrite, Value,
+                                   match_float_map, rewrite_matches, scalar)
+from ember.passes.rewrite import GraphIndex
 
 _X = Value("x")
 _ONE = Constant(check=scalar(1.0))
@@ -44,14 +44,10 @@ def recognize_gelu(graph: Graph) -> int:
 def _recognize(index: GraphIndex, node: Node) -> Rewrite | None:
     root = node.outputs[0]
     for pattern, approximate in ((ERF_FORM, "none"), (TANH_FORM, "tanh")):
-        found = match(pattern, index, root)
-        if found is None or not found.is_private(index):
+        matched = match_float_map(pattern, index, root)
+        if matched is None:
             continue
-        x = found.values["x"]
-        x_type = index.tensor_type(x)
-        if x_type is None or not x_type.dtype.is_float or \
-                not same_type(index.type_of(root), x_type):
-            continue
+        x = matched[0].values["x"]
         attrs = {} if approximate == "none" else {"approximate": "tanh"}
-        return Rewrite(found, [Node("Gelu", [x], [root], attrs, name=node.name or "gelu")])
+        return Rewrite(matched[0], [Node("Gelu", [x], [root], attrs, name=node.name or "gelu")])
     return None

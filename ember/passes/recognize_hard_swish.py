@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from ember.ir.graph import Graph, Node
 from ember.passes.patterns import (AnyOf, Constant, Op, Product, Rewrite, Value, close_to,
-                                   match, rewrite_matches, scalar)
-from ember.passes.rewrite import GraphIndex, same_type
+                                   match_float_map, rewrite_matches, scalar)
+from ember.passes.rewrite import GraphIndex
 
 _X = Value("x")
 
@@ -37,12 +37,9 @@ def recognize_hard_swish(graph: Graph) -> int:
 
 def _recognize(index: GraphIndex, node: Node) -> Rewrite | None:
     root = node.outputs[0]
-    found = match(HARD_SWISH, index, root)
-    if found is None or not found.is_private(index):
+    matched = match_float_map(HARD_SWISH, index, root)
+    if matched is None:
         return None
+    found, _ = matched
     x = found.values["x"]
-    x_type = index.tensor_type(x)
-    if x_type is None or not x_type.dtype.is_float or \
-            not same_type(index.type_of(root), x_type):
-        return None
     return Rewrite(found, [Node("HardSwish", [x], [root], name=node.name or "hard_swish")])

@@ -18,8 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from ember.ir.graph import Graph, Node
-from ember.passes.patterns import AnyOf, Constant, Op, Rewrite, Value, match, rewrite_matches
-from ember.passes.rewrite import GraphIndex, same_type
+from ember.passes.patterns import (AnyOf, Constant, Op, Rewrite, Value, match_float_map,
+                                   rewrite_matches)
+from ember.passes.rewrite import GraphIndex
 
 
 def _keepdims(attrs: dict) -> bool:
@@ -45,13 +46,11 @@ def recognize_softmax(graph: Graph) -> int:
 
 def _recognize(index: GraphIndex, node: Node) -> Rewrite | None:
     root = node.outputs[0]
-    found = match(SOFTMAX, index, root)
-    if found is None or not found.is_private(index):
+    matched = match_float_map(SOFTMAX, index, root)
+    if matched is None:
         return None
-    x = found.values["x"]
-    x_type = index.tensor_type(x)
-    if x_type is None or x_type.shape is None or not x_type.dtype.is_float or \
-            not same_type(index.type_of(root), x_type):
+    found, x_type = matched
+    if x_type.shape is None:
         return None
     rank = len(x_type.shape)
     axes = _axes(found.constants["sum_axes"], rank)
@@ -59,7 +58,7 @@ def _recognize(index: GraphIndex, node: Node) -> Rewrite | None:
         return None
     if "max" in found.nodes and _axes(found.constants["max_axes"], rank) != axes:
         return None
-    return Rewrite(found, [Node("Softmax", [x], [root], {"axis": axes[0]},
+    return Rewrite(found, [Node("Softmax", [found.values["x"]], [root], {"axis": axes[0]},
                                 name=node.name or "softmax")])
 
 

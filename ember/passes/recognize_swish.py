@@ -11,8 +11,8 @@ input and the result has x's type.
 from __future__ import annotations
 
 from ember.ir.graph import Graph, Node
-from ember.passes.patterns import Op, Product, Rewrite, Value, match, rewrite_matches
-from ember.passes.rewrite import GraphIndex, same_type
+from ember.passes.patterns import Op, Product, Rewrite, Value, match_float_map, rewrite_matches
+from ember.passes.rewrite import GraphIndex
 
 _X = Value("x")
 SWISH = Product(_X, Op("Sigmoid", Product(_X, scale=None, scale_name="alpha")))
@@ -25,14 +25,11 @@ def recognize_swish(graph: Graph) -> int:
 
 def _recognize(index: GraphIndex, node: Node) -> Rewrite | None:
     root = node.outputs[0]
-    found = match(SWISH, index, root)
-    if found is None or not found.is_private(index):
+    matched = match_float_map(SWISH, index, root)
+    if matched is None:
         return None
+    found, _ = matched
     x = found.values["x"]
-    x_type = index.tensor_type(x)
-    if x_type is None or not x_type.dtype.is_float or \
-            not same_type(index.type_of(root), x_type):
-        return None
     alpha = found.scales["alpha"]
     attrs = {} if alpha == 1.0 else {"alpha": alpha}
     return Rewrite(found, [Node("Swish", [x], [root], attrs, name=node.name or "swish")])
