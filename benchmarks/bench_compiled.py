@@ -18,12 +18,10 @@ the run goes on: the point of the table is also to tell the compiler engineers w
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
 import platform
-import statistics
 import sys
 import time
 import traceback
@@ -59,12 +57,9 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import ember  # noqa: E402
+from ember.bench.timing import Series as Timing  # noqa: E402
+from ember.bench.timing import measure_interleaved  # noqa: E402
 from benchmarks.models import bert, bert_base, example_inputs, mlp, resnet18  # noqa: E402
-
-# A sample should last at least this long: for sub-millisecond models one sample averages
-# several back-to-back calls, so timer granularity and scheduler ticks don't dominate.
-MIN_SAMPLE_SECONDS = 0.002
-MAX_CALLS_PER_SAMPLE = 200
 
 
 # ----------------------------------------------------------------------------- the models
@@ -104,26 +99,6 @@ CASES: dict[str, Case] = {c.name: c for c in [
 
 
 # ----------------------------------------------------------------------------- results
-
-
-@dataclass
-class Timing:
-    """Per-call latencies (ms) of one contender, one value per round."""
-
-    samples_ms: list[float] = field(default_factory=list)
-    calls_per_sample: int = 1
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples_ms) if self.samples_ms else math.nan
-
-    @property
-    def spread(self) -> float:
-        """Interquartile range relative to the median: the run's noise for this contender."""
-        if len(self.samples_ms) < 4:
-            return math.nan
-        q1, _, q3 = statistics.quantiles(self.samples_ms, n=4)
-        return (q3 - q1) / self.median
 
 
 @dataclass
@@ -190,48 +165,6 @@ def _short(error: BaseException, lines: int = 4) -> str:
     return "\n".join(text[:lines]) + more
 
 
-def _calls_per_sample(run: Callable[[], Any]) -> int:
-    """How many back-to-back calls make one sample last ``MIN_SAMPLE_SECONDS``."""
-    start = time.perf_counter()
-    run()
-    once = time.perf_counter() - start
-    return max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(MIN_SAMPLE_SECONDS / max(once, 1e-7))))
-
-
-def _sample(run: Callable[[], Any], calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        run()
-    return (time.perf_counter() - start) * 1e3 / calls
-
-
-def measure_interleaved(contenders: dict[str, Callable[[], Any]], timings: dict[str, Timing],
-                        repeat: int, warmup: int) -> None:
-    """Warm every contender up, then take ``repeat`` rounds of one sample each.
-
-    The order within a round alternates (A B, B A, ...), so neither contender always runs
-    right after the other one has warmed (or thrashed) the caches, and a slow phase of the
-    host falls into both series instead of one. GC is off while timing.
-    """
-    names = list(contenders)
-    for _ in range(warmup):
-        for name in names:
-            contenders[name]()
-    for name in names:
-        timings[name].calls_per_sample = _calls_per_sample(contenders[name])
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for round_index in range(repeat):
-            order = names if round_index % 2 == 0 else names[::-1]
-            for name in order:
-                timing = timings[name]
-                timing.samples_ms.append(_sample(contenders[name], timing.calls_per_sample))
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-
-
 def _max_abs_diff(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -> float:
     worst = 0.0
     for name, want in theirs.items():
@@ -283,8 +216,9 @@ def bench_one(case: Case, quick: bool, threads: int, repeat: int | None, warmup:
     rounds = repeat or case.repeat
     log.print(f"  timing {', '.join(sorted(contenders))}: {warmup} warm-up + {rounds} "
               "interleaved rounds ...")
-    timings = {"ember": result.ember, "ort": result.ort}
-    measure_interleaved(contenders, {n: timings[n] for n in contenders}, rounds, warmup)
+    measured = measure_interleaved(contenders, rounds, warmup)
+    for name, series in measured.series.items():
+        setattr(result, name, series)
     return result
 
 
