@@ -105,8 +105,8 @@ def test_interleaved_timing_alternates_contenders() -> None:
     calls: list[str] = []
     contenders = {"ember": lambda: calls.append("ember"), "ort": lambda: calls.append("ort")}
     result = Result("fake", "size")
-    measure_interleaved(contenders, {"ember": result.ember, "ort": result.ort},
-                        repeat=4, warmup=1)
+    measured = measure_interleaved(contenders, 4, warmup=1, settle_seconds=0)
+    result.ember, result.ort = measured.series["ember"], measured.series["ort"]
     assert len(result.ember.samples_ms) == len(result.ort.samples_ms) == 4
     k_e, k_o = result.ember.calls_per_sample, result.ort.calls_per_sample
     timed = calls[2 + 2:]  # after 1 warm-up round and one calibration call each
