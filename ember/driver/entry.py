@@ -32,6 +32,7 @@ from ember.codegen.c_types import storage_ctype
 from ember.core.dtypes import DType
 from ember.ir.graph import Graph
 from ember.ir.types import TensorType
+from ember.runtime.manifest import IndexCheck  # the artifact's record of a range check
 
 # Version of the calling convention of ``ember_run`` and ``ember_signature``.
 ABI_VERSION = 1
@@ -51,23 +52,6 @@ HEADER = """
 
 typedef int32_t (*ember_host_fn)(void *ctx, int32_t node_index, void **buffers);
 """  # EMBER_EXPORT (default visibility) is defined by the codegen prelude
-
-
-@dataclass(frozen=True)
-class IndexCheck:
-    """Every element of input ``input`` of the step ``node_index`` (read by node ``node``, an
-    ``op``) must lie in ``[low, high)``."""
-
-    node_index: int
-    node: str
-    op: str
-    input: str
-    low: int
-    high: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"node_index": self.node_index, "node": self.node, "op": self.op,
-                "input": self.input, "low": self.low, "high": self.high}
 
 
 @dataclass

@@ -7,6 +7,8 @@ validated with the runtime's own schema before it is written and sealed with its
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import os
@@ -77,7 +79,7 @@ def manifest_for(build: Build) -> dict[str, Any]:
                     for i, (name, array) in enumerate(build.weights.items())},
         "host_nodes": host_node_entries(build),
         # ember_run's index range checks (status code 2 names the node, input and range)
-        "checks": [check.to_dict() for check in build.checks],
+        "checks": [dataclasses.asdict(check) for check in build.checks],
     }
 
 
