@@ -107,31 +107,21 @@ def _affine_tail(index: GraphIndex, normalized: str, dtype: DType, count: int
                  ) -> tuple[str | None, str | None, str, list[Node]]:
     """The ``* gamma + beta`` after the normalization, as far as it is there: (gamma, beta,
     the value that ends it, the Mul/Add nodes taken)."""
-    graph = index.graph
     taken: list[Node] = []
-    gamma = beta = None
     end = normalized
-    reader = index.sole_reader(end)
-    if reader is not None and reader.op == "Mul" and not reader.domain and \
-            len(reader.inputs) == 2:
+    found: dict[str, str | None] = {}
+    for op, what in (("Mul", "scale"), ("Add", "bias")):
+        found[what] = None
+        reader = index.sole_reader(end)
+        if reader is None or reader.op != op or reader.domain or len(reader.inputs) != 2:
+            continue
         other = reader.inputs[1] if reader.inputs[0] == end else reader.inputs[0]
-        gamma = _parameter(graph, index, other, dtype, count, "scale")
-        if gamma is not None and other != end:
+        parameter = _parameter(index.graph, index, other, dtype, count, what)
+        if parameter is not None and other != end:
+            found[what] = parameter
             taken.append(reader)
             end = reader.outputs[0]
-        else:
-            gamma = None
-    reader = index.sole_reader(end)
-    if reader is not None and reader.op == "Add" and not reader.domain and \
-            len(reader.inputs) == 2:
-        other = reader.inputs[1] if reader.inputs[0] == end else reader.inputs[0]
-        beta = _parameter(graph, index, other, dtype, count, "bias")
-        if beta is not None and other != end:
-            taken.append(reader)
-            end = reader.outputs[0]
-        else:
-            beta = None
-    return gamma, beta, end, taken
+    return found["scale"], found["bias"], end, taken
 
 
 def _parameter(graph: Graph, index: GraphIndex, name: str, dtype: DType, count: int,
