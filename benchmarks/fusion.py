@@ -9,7 +9,9 @@ does), compile it at opt level 0 (one kernel per node, as imported) and at the d
   arena, and the peak of live bytes, at O2 (and the O0 arena for comparison);
 * latency: ember O0, ember O2, ONNX Runtime and OpenVINO (those installed), all timed in one
   interleaved measurement with the same thread count (``ember.bench.timing``), medians;
-* agreement: every contender's outputs against PyTorch eager (rtol/atol as ``ember bench``).
+* agreement: every contender's outputs against PyTorch eager (rtol/atol as ``ember bench``);
+* with ``--peak``: the fp32 FMA peak measured in the same run (``benchmarks/fma_peak.py``), and
+  each contender's achieved GFLOP/s (the model's FLOPs, ``ember.ops.cost``) as % of it.
 
     .venv/bin/python benchmarks/fusion.py                       # resnet18 mobilenet_v2 bert_base gpt2
     .venv/bin/python benchmarks/fusion.py --quick               # tiny sizes, a minute or two
@@ -65,6 +67,7 @@ class ModelResult:
     batch: int
     size: str
     imported_nodes: int = 0
+    flops: int | None = None
     levels: dict[int, LevelResult] = field(default_factory=dict)
     median_ms: dict[str, float] = field(default_factory=dict)
     spread: dict[str, float] = field(default_factory=dict)
@@ -88,12 +91,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny model sizes, 5 rounds")
     parser.add_argument("--no-timing", action="store_true",
                         help="only kernel counts and memory (no latency)")
+    parser.add_argument("--peak", action="store_true",
+                        help="measure the FMA peak and report %% of it per contender")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="where exported ONNX files are cached (default: ember's zoo cache)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as ember bench (see its README)
 
+    peak = None
+    if args.peak:
+        from benchmarks.fma_peak import measure_fma_peak
+
+        peak, lanes = measure_fma_peak(args.threads)
+        print(f"fp32 FMA peak, {args.threads} threads, {lanes}-lane vectors: {peak:.1f} GFLOP/s")
     size = "tiny" if args.quick else "full"
     rounds = 5 if args.quick else args.rounds
     results = []
@@ -102,10 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         results.append(_run_model(model, args.batch, size, args.exporter, args.threads,
                                   rounds, args.warmup, args.budget, not args.no_timing,
                                   args.cache_dir))
-    _print_tables(results)
+    _print_tables(results, peak)
     if args.json:
         args.json.write_text(json.dumps({
             "machine": _machine(), "threads": args.threads, "rounds": rounds,
+            "fma_peak_gflops": peak,
             "results": [asdict(r) for r in results]}, indent=1))
         print(f"wrote {args.json}")
     return 1 if any(r.error or any(level.error for level in r.levels.values())
@@ -138,6 +150,7 @@ def _run_model(model: str, batch: int, size: str, exporter: str, threads: int, r
         print(f"  {result.error}")
         return result
     result.imported_nodes = len(onnx.load(record.path, load_external_data=False).graph.node)
+    result.flops = _model_flops(record.path)
 
     contenders: dict[str, Callable[[], Any]] = {}
     for level in (0, 2):
@@ -205,6 +218,15 @@ def _ember_level(path: str, level: int, built, threads: int
     return outcome, run
 
 
+def _model_flops(path: str) -> int | None:
+    """The model's FLOPs (ember's estimate over the imported graph; None if not static)."""
+    import ember
+    from ember.ops.cost import estimate_flops
+
+    total = estimate_flops(ember.import_onnx(path)).total
+    return total if isinstance(total, int) else None
+
+
 def _describe(agreement) -> str:
     if agreement.ok:
         return f"ok, max |diff| {agreement.max_abs_diff or 0:.2g} vs torch eager"
@@ -224,7 +246,7 @@ def _mib(size: int) -> str:
     return f"{size / 2**20:.1f}"
 
 
-def _print_tables(results: list[ModelResult]) -> None:
+def _print_tables(results: list[ModelResult], peak: float | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -269,6 +291,20 @@ def _print_tables(results: list[ModelResult]) -> None:
         noise = f"±{max(spreads) * 100:.0f}%" if spreads else "-"
         latency.add_row(r.model, *cells, speedup, versus, noise)
     console.print(latency)
+    if peak:
+        efficiency = Table(title=f"Achieved GFLOP/s as % of the FMA peak measured in this run "
+                                 f"({peak:.1f} GFLOP/s)", title_justify="left")
+        efficiency.add_column("model")
+        efficiency.add_column("GFLOPs", justify="right")
+        for name in names:
+            efficiency.add_column(name, justify="right")
+        for r in results:
+            if not r.median_ms or not r.flops:
+                continue
+            cells = [f"{r.flops / r.median_ms[n] / 1e6:.1f} ({r.flops / r.median_ms[n] / 1e6 / peak:.1%})"
+                     if n in r.median_ms else "-" for n in names]
+            efficiency.add_row(r.model, f"{r.flops / 1e9:.2f}", *cells)
+        console.print(efficiency)
     console.print("O0/O2 above 1: fusion made ember faster; O2/best peer above 1: ember is "
                   "slower than the fastest peer by that factor.")
     disagreements = [(r.model, name, message) for r in results
