@@ -43,13 +43,14 @@ from typing import Sequence
 
 from ember.core.target import Target
 from ember.codegen.c_expr import ExprEmitter, ModuleContext
+from ember.codegen.c_gemm import emit_gemm, gemm_buffers
 from ember.codegen.c_names import Names, c_comment, c_identifier
 from ember.codegen.c_types import CodegenError, compute_ctype, storage_ctype
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import Call, Const, Expr, Load, Var
 from ember.ir.loop.functor import walk
-from ember.ir.loop.stmt import (Allocate, Evaluate, For, ForKind, IfThenElse, LetStmt, PrimFunc,
-                                Seq, Stmt, Store)
+from ember.ir.loop.stmt import (Allocate, Evaluate, For, ForKind, Gemm, IfThenElse, LetStmt,
+                                PrimFunc, Seq, Stmt, Store)
 from ember.ir.loop.verifier import verify_func
 
 THREAD_FUNCTIONS = ("ember_set_num_threads", "ember_get_num_threads")
@@ -185,6 +186,10 @@ class _KernelEmitter:
         nodes = list(walk(func.body))
         written = {n.buffer for n in nodes if isinstance(n, Store)}
         used_buffers = {n.buffer for n in nodes if isinstance(n, (Load, Store))}
+        for gemm in (n for n in nodes if isinstance(n, Gemm)):
+            reads, writes = gemm_buffers(gemm)
+            written |= writes
+            used_buffers |= reads | writes
         used = {n for n in nodes if isinstance(n, Var)}
         restrict = " restrict" if func.attr("noalias", True) else ""
         params, prologue = [], []
@@ -246,6 +251,8 @@ class _KernelEmitter:
             self.allocate(s, depth)
         elif isinstance(s, Evaluate):
             self.line(depth, self.evaluate(s.value))
+        elif isinstance(s, Gemm):
+            emit_gemm(self, s, depth)
         else:
             raise CodegenError(f"unknown statement {type(s).__name__}: {s!r}")
 

@@ -33,6 +33,14 @@ class KernelImpl:
     reason: str = ""
     # (group input position, low, high, node): range checks to run before the kernel
     index_checks: list[tuple[int, int, int, Node]] = field(default_factory=list)
+    # group input position -> constant that replaces it (a weight packed at compile time
+    # into the layout the kernel reads: see ember.schedule.gemm.Prepack)
+    packed_inputs: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> list[str]:
+        """The values the step passes to the kernel, in parameter order."""
+        return [self.packed_inputs.get(i, name) for i, name in enumerate(self.group.inputs)]
 
     @property
     def node(self) -> Node:

@@ -145,10 +145,12 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     for impl in impls:
         if impl.func is not None:
             with _internal_errors(f"scheduling kernel {impl.index} ({_members(impl)})"):
+                if options.opt_level >= 1:
+                    _use_gemm_template(g, impl, options.target)
                 impl.func = default_schedule(impl.func, options.target)
 
     with _internal_errors("planning memory and generating the entry point"):
-        used_constants = _used_constants(g)
+        used_constants = _used_constants(g, impls)
         weight_offsets, weights_size = _layout_weights(used_constants)
         memory = plan_workspace(g, impls)
         check_build_memory(memory.workspace_size, weights_size, limit)
@@ -210,7 +212,7 @@ def _entry_step(impl: KernelImpl, memory: MemoryPlanReport, kernel_symbol) -> En
         return EntryStep(impl.index, "host", None, reads, [n for n in node.outputs if n], label)
     checks = [IndexCheck(impl.index, node.name, node.op, group.inputs[position], low, high)
               for position, low, high, node in impl.index_checks]
-    return EntryStep(impl.index, "kernel", kernel_symbol(impl.func), list(group.inputs),
+    return EntryStep(impl.index, "kernel", kernel_symbol(impl.func), impl.inputs,
                      list(group.outputs), label, memory.scratch_offsets.get(impl.index, []),
                      checks)
 
@@ -249,8 +251,28 @@ def node_reads(node: Node) -> list[str]:
     return [n for n in node.inputs if n] + node.implicit_inputs()
 
 
-def _used_constants(g: Graph) -> dict[str, np.ndarray]:
-    used = {n for node in g.nodes for n in node_reads(node) if n in g.constants}
+def _use_gemm_template(g: Graph, impl: KernelImpl, target: Target) -> None:
+    """Matrix products of ``impl`` onto the GEMM template; constant B operands are packed
+    here, once, into new constants that the step passes instead of the originals."""
+    from ember.schedule.gemm import use_gemm_template
+
+    constants = frozenset(i for i, name in enumerate(impl.group.inputs) if name in g.constants)
+    impl.func, prepacks = use_gemm_template(impl.func, target, constants)
+    for prepack in prepacks:
+        source = impl.group.inputs[prepack.param]
+        name = f"{source}.packed{impl.index}"
+        while name in g.constants or name in g.types:
+            name += "_"
+        packed = prepack.apply(g.constants[source])
+        g.constants[name] = packed
+        g.types[name] = TensorType(DType.from_numpy(packed.dtype), tuple(packed.shape))
+        impl.packed_inputs[prepack.param] = name
+
+
+def _used_constants(g: Graph, impls: list[KernelImpl]) -> dict[str, np.ndarray]:
+    reads = [name for impl in impls for name in
+             (impl.inputs if impl.kind == "kernel" else node_reads(impl.node))]
+    used = {n for n in reads if n in g.constants}
     used.update(o for o in g.outputs if o in g.constants)
     # (np.ascontiguousarray would turn a 0-d constant into shape (1,): keep the shape)
     return {name: np.require(g.constants[name], requirements="C") for name in g.constants

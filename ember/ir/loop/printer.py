@@ -12,8 +12,8 @@ from __future__ import annotations
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import (Binary, Broadcast, BufferLoad, Call, Cast, Const, Expr, Load,
                                 Ramp, Select, Unary, Var)
-from ember.ir.loop.stmt import (Allocate, Evaluate, For, ForKind, IfThenElse, LetStmt, PrimFunc,
-                                Seq, Stmt, Store)
+from ember.ir.loop.stmt import (Allocate, Evaluate, For, ForKind, Gemm, IfThenElse, LetStmt,
+                                PrimFunc, Seq, Stmt, Store)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%",
           "floormod": "%%", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==",
@@ -109,7 +109,23 @@ def format_stmt(s: Stmt, indent: str = "") -> str:
                 f"{format_stmt(s.body, indent)}")
     if isinstance(s, Evaluate):
         return f"{indent}{format_expr(s.value)}"
+    if isinstance(s, Gemm):
+        return _format_gemm(s, indent)
     return f"{indent}{s!r}"
+
+
+def _format_gemm(s: Gemm, indent: str) -> str:
+    batch = "".join(f"[{v.name} < {e}]" for v, e in s.batch)
+    b_read = f"packed {s.b.name}" if s.b_packed else \
+        f"{s.b.name}[{_strip(format_expr(s.b_base))} + k*{s.b_rs} + j*{s.b_cs}]"
+    finish = _strip(format_expr(s.finish)) if s.finish is not None else s.result.name
+    knobs = s.knobs
+    return (f"{indent}gemm{batch} {s.m}x{s.n}x{s.k} "
+            f"(tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks {knobs.mc}x{knobs.nc}) {{\n"
+            f"{indent}  {s.result.name} = sum_k {s.a.name}[{_strip(format_expr(s.a_base))} + "
+            f"i*{s.a_rs} + k*{s.a_cs}] * {b_read}\n"
+            f"{indent}  {s.out.name}[{_strip(format_expr(s.out_base))} + i*{s.out_rs} + j] = "
+            f"{finish}   (i = {s.row.name}, j = {s.col.name})\n{indent}}}")
 
 
 def format_func(f: PrimFunc) -> str:

@@ -89,6 +89,64 @@ class Evaluate(Stmt):
     value: Expr
 
 
+@dataclass(frozen=True)
+class GemmKnobs:
+    """The tunable blocking of one :class:`Gemm`: a register tile of ``mr`` rows by ``nr``
+    columns (``nr`` a multiple of the vector width), reduction blocks of ``kc`` terms (so a
+    ``kc x nr`` panel of B stays in L1 while the rows stream past it), and tasks of ``mc``
+    rows by ``nc`` columns shared among the threads."""
+
+    mr: int
+    nr: int
+    kc: int
+    mc: int
+    nc: int
+    lanes: int
+
+
+@dataclass(frozen=True)
+class Gemm(Stmt):
+    """``out[o(b) + i*out_rs + j] = finish(sum_k a[a(b) + i*a_rs + k*a_cs] * b[...])``: a
+    matrix product expanded by codegen into the blocked GEMM template (``codegen/c_gemm.py``).
+
+    ``batch`` lists the batch loops (variable, extent), whose variables the base offsets
+    (``out_base``, ``a_base``, ``b_base``: affine expressions) may use.  B is either read
+    through its strides and packed at run time into ``pack`` (a scratch buffer), or, when
+    ``b_packed``, it already is the packed layout (panels of ``knobs.nr`` columns: shape
+    ``(ceil(n / nr), k, nr)``, zero padded), computed at compile time from a constant.
+    ``finish`` is the value stored for each element, an expression of ``result`` (the sum),
+    ``row``/``col`` (i, j) and the batch variables; None stores the sum itself.  The epilogue
+    runs on each register tile right after it is stored, while it is in L1."""
+
+    out: Buffer
+    a: Buffer
+    b: Buffer
+    pack: Buffer | None
+    batch: tuple[tuple[Var, int], ...]
+    m: int
+    n: int
+    k: int
+    out_base: Expr
+    a_base: Expr
+    b_base: Expr
+    out_rs: int
+    a_rs: int
+    a_cs: int
+    b_rs: int
+    b_cs: int
+    b_packed: bool
+    row: Var
+    col: Var
+    result: Var
+    finish: Expr | None
+    knobs: GemmKnobs
+
+    @property
+    def bound_vars(self) -> tuple[Var, ...]:
+        """The variables this statement binds for its base offsets and ``finish``."""
+        return tuple(v for v, _ in self.batch) + (self.row, self.col, self.result)
+
+
 Param = Union[Buffer, Var]
 
 

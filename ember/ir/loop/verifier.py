@@ -14,8 +14,8 @@ from ember.core.errors import VerificationError
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import (Binary, Broadcast, BufferLoad, Call, Cast, Const, Expr, Load, Ramp,
                                 Select, Unary, Var)
-from ember.ir.loop.stmt import (Allocate, Evaluate, For, IfThenElse, LetStmt, PrimFunc, Seq, Stmt,
-                                Store)
+from ember.ir.loop.stmt import (Allocate, Evaluate, For, Gemm, IfThenElse, LetStmt, PrimFunc,
+                                Seq, Stmt, Store)
 
 
 def verify_func(func: PrimFunc) -> None:
@@ -73,8 +73,26 @@ class _Checker:
             self.stmt(s.body, scope, buffers | {s.buffer})
         elif isinstance(s, Evaluate):
             self.expr(s.value, scope, buffers)
+        elif isinstance(s, Gemm):
+            self.gemm(s, scope, buffers)
         else:
             raise self.fail(f"unknown statement {type(s).__name__}")
+
+    def gemm(self, s: Gemm, scope: set, buffers: set) -> None:
+        for buffer in (s.out, s.a, s.b) + ((s.pack,) if s.pack is not None else ()):
+            self._buffer(buffer, buffers)
+        if s.b_packed == (s.pack is not None):
+            raise self.fail("a Gemm reads B either pre-packed or packs it into scratch")
+        inner = scope | set(v for v, _ in s.batch)
+        for base in (s.out_base, s.a_base, s.b_base):
+            self.expr(base, inner, buffers)
+        if s.finish is not None:
+            self.expr(s.finish, inner | {s.row, s.col, s.result}, buffers)
+            if s.finish.dtype != s.out.dtype:
+                raise self.fail(f"Gemm epilogue gives {s.finish.dtype}, the output is "
+                                f"{s.out.dtype}")
+        if min(s.m, s.n, s.k) < 1 or s.knobs.nr % s.knobs.lanes:
+            raise self.fail(f"Gemm of {s.m}x{s.n}x{s.k} with tile {s.knobs}")
 
     def _buffer(self, buffer: Buffer, buffers: set) -> None:
         if buffer not in buffers:

@@ -1,0 +1,276 @@
+"""C for the GEMM template: a :class:`~ember.ir.loop.stmt.Gemm` statement expanded.
+
+The structure is GotoBLAS/BLIS's, with every size a compile-time constant::
+
+    [pack B into panels of NR columns (unless packed at compile time)]
+    parallel for each task (batch element, block of MC rows, block of NC columns):
+      for each block of KC reduction terms:
+        for each NR-column panel of the block:     # a KC x NR panel of B stays in L1
+          for each MR-row strip of the block:      # A streams from L2
+            micro-kernel: MR x NR tile in registers, accumulated over KC terms
+            after the last block: the fused epilogue on the tile, still in L1
+
+The micro-kernel is written with explicit vector types (GCC/Clang vector extensions) of the
+target's width, so the same source gives AVX-512, AVX2+FMA, NEON or WASM SIMD code, and with
+``-ffp-contract=fast`` every multiply-add is one FMA.  One micro-kernel per tile height
+(1..MR rows) covers the short last strip without a scalar loop; the last, narrower panel is
+zero padded in the packed B and stored through a small buffer, so no tail falls back to
+scalar code either.  Vectors are moved with ``memcpy`` (one unaligned vector load or store
+after optimization), which keeps the code free of alignment and aliasing undefined
+behaviour.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ember.codegen.c_helpers import HelperSet
+from ember.ir.loop.buffer import Buffer
+from ember.ir.loop.expr import INDEX, Load, Var
+from ember.ir.loop.functor import substitute
+from ember.ir.loop.stmt import For, ForKind, Gemm, Store
+
+if TYPE_CHECKING:
+    from ember.codegen.c import _KernelEmitter
+
+# Multiply-adds from which a product is shared among threads.
+PARALLEL_WORK = 1 << 17
+
+_OMP_FOR = ["#ifdef _OPENMP",
+            "#pragma omp parallel for schedule(static) num_threads(ember_get_num_threads())",
+            "#endif"]
+
+
+def vector_type(helpers: HelperSet, lanes: int) -> str:
+    """``ember_vf32xL``: a vector of ``lanes`` floats."""
+    name = f"ember_vf32x{lanes}"
+    return helpers.need(name, lambda: (
+        f"typedef float {name} __attribute__((vector_size({4 * lanes})));"))
+
+
+def micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int) -> str:
+    """The ``rows x (vectors * lanes)`` micro-kernel: ``c (+)= a[rows x kc] * b[kc x nr]``
+    with ``b`` a packed panel (``nr`` floats per reduction step) and ``a`` read through its
+    strides.  ``accumulate`` adds to the tile in ``c`` (a later reduction block) instead of
+    starting from zero; only the first ``cols`` columns of ``c`` are read and written."""
+    vec = vector_type(helpers, lanes)
+    nr = vectors * lanes
+    name = f"ember_gemm_f32_{rows}x{nr}_v{lanes}"
+
+    def build() -> str:
+        acc = [[f"c{r}_{v}" for v in range(vectors)] for r in range(rows)]
+        every = [(r, v) for r in range(rows) for v in range(vectors)]
+        lines = [
+            f"static inline __attribute__((always_inline)) void {name}(",
+            "    long kc, const float *restrict a, long a_rs, long a_cs,",
+            "    const float *restrict b, float *restrict c, long c_rs, int accumulate,",
+            "    long cols) {",
+            f"  {vec} " + ", ".join(acc[r][v] + " = {0}" for r, v in every) + ";",
+            "  if (accumulate) {",
+            f"    if (cols == {nr}) {{",
+            *[f"      __builtin_memcpy(&{acc[r][v]}, c + {r} * c_rs + {v * lanes}, "
+              f"sizeof({vec}));" for r, v in every],
+            "    } else {",
+            f"      float edge[{nr}] = {{0}};",
+            *[line for r in range(rows) for line in (
+                f"      for (long q = 0; q < cols; ++q) edge[q] = c[{r} * c_rs + q];",
+                *[f"      __builtin_memcpy(&{acc[r][v]}, edge + {v * lanes}, sizeof({vec}));"
+                  for v in range(vectors)])],
+            "    }",
+            "  }",
+            "  for (long k = 0; k < kc; ++k) {",
+            *[f"    {vec} b{v}; __builtin_memcpy(&b{v}, b + k * {nr} + {v * lanes}, "
+              f"sizeof({vec}));" for v in range(vectors)],
+            *[line for r in range(rows) for line in (
+                f"    const float a{r} = a[{r} * a_rs + k * a_cs];",
+                *[f"    {acc[r][v]} += a{r} * b{v};" for v in range(vectors)])],
+            "  }",
+            f"  if (cols == {nr}) {{",
+            *[f"    __builtin_memcpy(c + {r} * c_rs + {v * lanes}, &{acc[r][v]}, "
+              f"sizeof({vec}));" for r, v in every],
+            "  } else {",
+            f"    float edge[{nr}];",
+            *[line for r in range(rows) for line in (
+                *[f"    __builtin_memcpy(edge + {v * lanes}, &{acc[r][v]}, sizeof({vec}));"
+                  for v in range(vectors)],
+                f"    for (long q = 0; q < cols; ++q) c[{r} * c_rs + q] = edge[q];")],
+            "  }",
+            "}",
+        ]
+        return "\n".join(lines)
+
+    return helpers.need(name, build)
+
+
+def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
+    """Append the C of ``s`` to the kernel being emitted by ``em``."""
+    from ember.codegen.c import _Binding
+
+    knobs = s.knobs
+    mr, nr, lanes = knobs.mr, knobs.nr, knobs.lanes
+    vectors = nr // lanes
+    kernels = {rows: micro_kernel(em.ctx.helpers, rows, vectors, lanes)
+               for rows in range(1, min(mr, s.m) + 1)}
+    panels = -(-s.n // nr)
+    blocks_m = -(-s.m // knobs.mc)
+    panels_per_task = knobs.nc // nr
+    blocks_n = -(-panels // panels_per_task)
+    batch = 1
+    for _, extent in s.batch:
+        batch *= extent
+    tasks = batch * blocks_m * blocks_n
+    parallel = tasks > 1 and s.m * s.n * s.k * batch >= PARALLEL_WORK
+    fresh = em.names.fresh
+    out, a, b = em._buffer(s.out), em._buffer(s.a), em._buffer(s.b)
+    line = em.line
+    line(depth, f"{{ /* gemm {s.m}x{s.n}x{s.k}" + (f" x {batch}" if batch > 1 else "") +
+         f": tile {mr}x{nr}, kc {knobs.kc}, {tasks} task(s) of {knobs.mc}x{knobs.nc} */")
+    depth += 1
+    if s.pack is not None:
+        _emit_pack(em, s, depth, panels)
+    task = fresh("task")
+    if parallel:
+        em.lines.extend(_OMP_FOR)
+    line(depth, f"for (long {task} = 0; {task} < {tasks}; ++{task}) {{")
+    inner = depth + 1
+    bt, tm, tn = fresh("bt"), fresh("tm"), fresh("tn")
+    line(inner, f"const long {bt} = {task} / {blocks_m * blocks_n}, "
+                f"{tm} = ({task} / {blocks_n}) % {blocks_m}, {tn} = {task} % {blocks_n};")
+    with _batch_bindings(em, s, bt, inner):
+        a_base, b_base, out_base = (em.exprs.expr(e) for e in (s.a_base, s.b_base, s.out_base))
+        if s.pack is not None:
+            copies = s.pack.shape[0]
+            b_panels = f"{em._buffer(s.pack)} + " + \
+                (f"{bt} * {panels * s.k * nr}" if copies > 1 else "0")
+        else:
+            b_panels = b
+        i_lo, i_hi, p_lo, p_hi = fresh("i_lo"), fresh("i_hi"), fresh("p_lo"), fresh("p_hi")
+        line(inner, f"const long {i_lo} = {tm} * {knobs.mc}, "
+                    f"{i_hi} = {i_lo} + {knobs.mc} < {s.m} ? {i_lo} + {knobs.mc} : {s.m};")
+        line(inner, f"const long {p_lo} = {tn} * {panels_per_task}, "
+                    f"{p_hi} = {p_lo} + {panels_per_task} < {panels} ? "
+                    f"{p_lo} + {panels_per_task} : {panels};")
+        pc, kc, p, i0, j0 = fresh("pc"), fresh("kc"), fresh("p"), fresh("i0"), fresh("j0")
+        rows, cols, panel, tile = fresh("rows"), fresh("cols"), fresh("panel"), fresh("tile")
+        line(inner, f"for (long {pc} = 0; {pc} < {s.k}; {pc} += {knobs.kc}) {{")
+        line(inner + 1, f"const long {kc} = {s.k} - {pc} < {knobs.kc} ? {s.k} - {pc} : "
+                        f"{knobs.kc};")
+        line(inner + 1, f"for (long {p} = {p_lo}; {p} < {p_hi}; ++{p}) {{")
+        line(inner + 2, f"const long {j0} = {p} * {nr}, "
+                        f"{cols} = {s.n} - {j0} < {nr} ? {s.n} - {j0} : {nr};")
+        line(inner + 2, f"const float *{panel} = {b_panels} + {p} * {s.k * nr} + "
+                        f"{pc} * {nr};")
+        line(inner + 2, f"for (long {i0} = {i_lo}; {i0} < {i_hi}; {i0} += {mr}) {{")
+        body = inner + 3
+        line(body, f"const long {rows} = {i_hi} - {i0} < {mr} ? {i_hi} - {i0} : {mr};")
+        line(body, f"float *{tile} = {out} + ({out_base}) + {i0} * {s.out_rs} + {j0};")
+        a_tile = f"{a} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"
+        call = (f"({kc}, {a_tile}, {s.a_rs}, {s.a_cs}, {panel}, {tile}, {s.out_rs}, "
+                f"{pc} != 0, {cols});")
+        if len(kernels) == 1:
+            line(body, f"{kernels[1]}{call}")
+        else:
+            line(body, f"switch ({rows}) {{")
+            for count, kernel in sorted(kernels.items(), reverse=True):
+                line(body + 1, f"case {count}: {kernel}{call} break;")
+            line(body, "}")
+        if s.finish is not None:
+            line(body, f"if ({pc} + {kc} == {s.k}) {{")
+            _emit_epilogue(em, s, body + 1, {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
+            line(body, "}")
+        for level in range(inner + 2, inner - 1, -1):
+            line(level, "}")
+    line(depth, "}")
+    line(depth - 1, "}")
+
+
+def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int, panels: int) -> None:
+    """Copy B into zero-padded panels of NR columns (one copy per batch element when B moves
+    with the batch)."""
+    fresh, line = em.names.fresh, em.line
+    nr = s.knobs.nr
+    copies = s.pack.shape[0]
+    t, bt, p, k, q, cols, src, dst = (fresh(n) for n in ("t", "bt", "p", "k", "q", "cols",
+                                                         "src", "dst"))
+    if copies * panels * s.k * nr >= PARALLEL_WORK:
+        em.lines.extend(_OMP_FOR)
+    line(depth, f"for (long {t} = 0; {t} < {copies * panels}; ++{t}) {{")
+    inner = depth + 1
+    line(inner, f"const long {bt} = {t} / {panels}, {p} = {t} % {panels};")
+    with _batch_bindings(em, s if copies > 1 else None, bt, inner):
+        base = em.exprs.expr(s.b_base)
+        line(inner, f"const long {cols} = {s.n} - {p} * {nr} < {nr} ? {s.n} - {p} * {nr} : "
+                    f"{nr};")
+        line(inner, f"const float *{src} = {em._buffer(s.b)} + ({base}) + "
+                    f"{p} * {nr * s.b_cs};")
+        line(inner, f"float *{dst} = {em._buffer(s.pack)} + ({bt} * {panels} + {p}) * "
+                    f"{s.k * nr};")
+        line(inner, f"for (long {k} = 0; {k} < {s.k}; ++{k})")
+        line(inner + 1, f"for (long {q} = 0; {q} < {nr}; ++{q})")
+        line(inner + 2, f"{dst}[{k} * {nr} + {q}] = {q} < {cols} ? "
+                        f"{src}[{k} * {s.b_rs} + {q} * {s.b_cs}] : 0.0f;")
+    line(depth, "}")
+
+
+class _batch_bindings:
+    """Bind the batch variables of ``s`` to C names decoded from the linear index ``linear``
+    (outermost varies slowest) for the duration of a ``with`` block; with ``s`` None, bind
+    every batch variable of nothing (B shared by the whole batch)."""
+
+    def __init__(self, em: "_KernelEmitter", s: Gemm | None, linear: str, depth: int):
+        self.em, self.s, self.linear, self.depth = em, s, linear, depth
+        self.bindings: list = []
+
+    def __enter__(self) -> None:
+        from ember.codegen.c import _Binding
+
+        if self.s is None:
+            return
+        stride = 1
+        decoded = []
+        for var, extent in reversed(self.s.batch):
+            decoded.append((var, f"({self.linear} / {stride}) % {extent}"))
+            stride *= extent
+        for var, value in reversed(decoded):
+            binding = _Binding(self.em.vars, var, self.em.names.fresh(var.name))
+            name = binding.__enter__()
+            self.bindings.append(binding)
+            self.em.line(self.depth, f"const long {name} = {value}; (void){name};")
+
+    def __exit__(self, *exc: object) -> None:
+        for binding in reversed(self.bindings):
+            binding.__exit__(*exc)
+
+
+def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, str]) -> None:
+    """The fused epilogue on the stored tile: ``out = finish(out)`` over rows x cols."""
+    from ember.codegen.c import _Binding
+
+    i0, j0, rows, cols = (Var(f"gemm_{n}", INDEX) for n in ("i0", "j0", "rows", "cols"))
+    r, c = Var("gemm_r", INDEX), Var("gemm_c", INDEX)
+    row, col = i0 + r, j0 + c
+    index = s.out_base + row * s.out_rs + col
+    value = substitute(s.finish, {s.row: row, s.col: col, s.result: Load(s.out, index)})
+    loop = For(r, _zero(), rows, ForKind.SERIAL,
+               For(c, _zero(), cols, ForKind.VECTORIZED, Store(s.out, index, value)))
+    bindings = [_Binding(em.vars, var, names[key])
+                for var, key in ((i0, "i0"), (j0, "j0"), (rows, "rows"), (cols, "cols"))]
+    for binding in bindings:
+        binding.__enter__()
+    try:
+        em.stmt(loop, depth)
+    finally:
+        for binding in reversed(bindings):
+            binding.__exit__(None, None, None)
+
+
+def _zero():
+    from ember.ir.loop.expr import Const
+
+    return Const(0, INDEX)
+
+
+def gemm_buffers(s: Gemm) -> tuple[set[Buffer], set[Buffer]]:
+    """(read, written) buffers of ``s``."""
+    written = {s.out} | ({s.pack} if s.pack is not None else set())
+    return {s.a, s.b, s.out}, written

@@ -1,0 +1,433 @@
+"""Matrix products onto the GEMM template.
+
+Lowering emits a contraction -- MatMul, Gemm (any ``transA``/``transB``), a 1x1 or
+fully-connected Conv, a batched matmul -- as a loop nest that accumulates products of two
+loads, in one of two shapes:
+
+* *update*: an ``init`` pass over the output, ``out[..] = out[..] + a[..] * b[..]`` inside
+  the reduction loops, then an ``epilogue`` pass (the fused bias, activation, residual);
+* *scalar*: per output element, a local accumulator over the reduction, then one store of
+  the epilogue applied to it (the choice when the output is not contiguous along the
+  innermost loop, e.g. ``transB``).
+
+:func:`use_gemm_template` recognizes both by their indices alone (affine analysis, no op
+names), so that every exporter's idiom and every layout reaches the same kernel: it drops
+unit loops, merges loops that walk memory as one (a conv's ``H x W``), and asks for exactly
+one reduction loop ``k``, an output loop ``j`` along which the output is contiguous and only
+one operand (B) moves, and optionally a loop ``i`` along which only the other operand (A)
+moves; remaining output loops are batch loops.  Such a nest becomes one
+:class:`~ember.ir.loop.stmt.Gemm` statement, which codegen expands into the blocked,
+register-tiled template (``codegen/c_gemm.py``) with the epilogue applied to each tile.
+
+When B is a constant of the graph (a weight), it is packed at compile time into the layout
+the micro-kernel reads (:class:`Prepack`), so a transposed or strided weight costs nothing at
+run time; otherwise B is packed into a scratch buffer by the kernel itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ember.core.dtypes import DType
+from ember.core.target import Target
+from ember.ir.loop.affine import affine_coefficients
+from ember.ir.loop.buffer import Buffer
+from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Var
+from ember.ir.loop.functor import rewrite, substitute, walk
+from ember.ir.loop.simplify import simplify
+from ember.ir.loop.stmt import (Allocate, For, Gemm, GemmKnobs, PrimFunc, Seq, Stmt, Store,
+                                seq)
+
+# Products smaller than this (multiply-adds) stay plain loops: the template's blocking and
+# packing cost more than they save.
+MIN_GEMM_WORK = 1 << 12
+# Work (multiply-adds) per parallel task that pays for sharing among threads.
+WORK_PER_TASK = 1 << 17
+MAX_TASKS = 32
+ROWS_PER_TASK = 96  # rows of A per task: a 96 x kc block of A stays in L2
+
+
+@dataclass(frozen=True)
+class Prepack:
+    """Pack a constant B (read through ``base + k*rs + j*cs`` of its flat array) into panels
+    of ``nr`` columns, ``(ceil(n / nr), k, nr)``, zero padded: the layout the micro-kernel
+    streams.  ``param`` is the position of the parameter that receives the packed array."""
+
+    param: int
+    k: int
+    n: int
+    rs: int
+    cs: int
+    base: int
+    nr: int
+
+    def apply(self, array: np.ndarray) -> np.ndarray:
+        flat = np.ascontiguousarray(array).reshape(-1)
+        rows = self.base + np.arange(self.k)[:, None] * self.rs + \
+            np.arange(self.n)[None, :] * self.cs
+        matrix = flat[rows]                                     # (k, n)
+        panels = -(-self.n // self.nr)
+        padded = np.zeros((self.k, panels * self.nr), dtype=flat.dtype)
+        padded[:, :self.n] = matrix
+        return np.ascontiguousarray(padded.reshape(self.k, panels, self.nr).transpose(1, 0, 2))
+
+
+@dataclass
+class _Product:
+    """An accumulation nest in normal form: loops (variable, extent) outer to inner."""
+
+    spatial: list[tuple[Var, int]]
+    reduce: list[tuple[Var, int]]
+    out: Buffer
+    out_index: Expr
+    lhs: Load
+    rhs: Load
+    init: Expr
+    finish: Expr | None      # an expression of ``result`` and the loop variables
+    result: Var
+
+
+def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset[int] = frozenset()
+                      ) -> tuple[PrimFunc, tuple[Prepack, ...]]:
+    """``func`` with every matrix-product nest replaced by a :class:`Gemm`, and the packings
+    of constant B operands the caller must apply to the arrays it passes (see
+    :class:`Prepack`).  Parameters at ``constant_params`` are compile-time constants."""
+    stmts = list(func.body.stmts) if isinstance(func.body, Seq) else [func.body]
+    params = list(func.params)
+    prepacks: list[Prepack] = []
+    scratch = int(func.attr("scratch", 0))
+    out: list[Stmt] = []
+    position = 0
+    while position < len(stmts):
+        found = _match_update(stmts, position) or _match_scalar(stmts[position])
+        product, consumed = found if found else (None, 1)
+        candidate = _to_gemm(product, target) if product is not None else None
+        if candidate is None:
+            out.extend(stmts[position:position + consumed])
+            position += consumed
+            continue
+        gemm = candidate.stmt
+        others = stmts[:position] + stmts[position + consumed:]
+        b_elsewhere = any(isinstance(n, (Load, Store)) and n.buffer == gemm.b
+                          for s in others for n in walk(s))
+        b_param = params.index(gemm.b) if gemm.b in params else -1
+        if b_param in constant_params and not candidate.batch_b and not b_elsewhere \
+                and isinstance(gemm.b_base, Const):
+            packed = Buffer(f"{gemm.b.name}_packed", gemm.b.dtype,
+                            (_panels(gemm), gemm.k, gemm.knobs.nr))
+            prepacks.append(Prepack(b_param, gemm.k, gemm.n, gemm.b_rs, gemm.b_cs,
+                                    int(gemm.b_base.value), gemm.knobs.nr))
+            params[b_param] = packed
+            gemm = replace(gemm, b=packed, b_packed=True, b_base=Const(0, INDEX))
+        else:
+            copies = math.prod(e for _, e in gemm.batch) if candidate.batch_b else 1
+            pack = Buffer(f"{func.name}_pack{len(out)}", gemm.b.dtype,
+                          (copies, _panels(gemm), gemm.k, gemm.knobs.nr))
+            params.append(pack)
+            scratch += 1
+            gemm = replace(gemm, pack=pack)
+        out.append(gemm)
+        position += consumed
+    if not any(isinstance(s, Gemm) for s in out):
+        return func, ()
+    attrs = tuple((k, v) for k, v in func.attrs if k != "scratch") + (("scratch", scratch),)
+    return PrimFunc(func.name, tuple(params), seq(*out), attrs), tuple(prepacks)
+
+
+def _panels(gemm: Gemm) -> int:
+    return -(-gemm.n // gemm.knobs.nr)
+
+
+# ---------------------------------------------------------------------- matching
+
+
+def _chain(nest: For) -> list[For]:
+    chain = [nest]
+    while isinstance(chain[-1].body, For):
+        chain.append(chain[-1].body)
+    return chain
+
+
+def _role(stmt: Stmt | None) -> object:
+    return dict(stmt.annotations).get("accumulation") if isinstance(stmt, For) else None
+
+
+def _match_update(stmts: list[Stmt], position: int) -> tuple[_Product, int] | None:
+    """``init`` nest, ``update`` nest, optional ``epilogue`` nest starting at ``position``."""
+    if _role(stmts[position]) != "init" or position + 1 >= len(stmts) or \
+            _role(stmts[position + 1]) != "update":
+        return None
+    chain = _chain(stmts[position + 1])
+    reduce = [l for l in chain if dict(l.annotations).get("reduce")]
+    spatial = [l for l in chain if not dict(l.annotations).get("reduce")]
+    if not reduce or chain[:len(spatial)] != spatial:
+        return None
+    notes = dict(reduce[0].annotations)
+    store = chain[-1].body
+    if not isinstance(store, Store) or "accumulate_init" not in notes:
+        return None
+    terms = _product_terms(store.value, lambda n: isinstance(n, Load) and
+                           n.buffer == store.buffer and n.index == store.index)
+    if terms is None:
+        return None
+    consumed = 2
+    finish = notes.get("accumulate_epilogue")
+    result = notes.get("accumulate_result")
+    if finish is not None:
+        if position + 2 >= len(stmts) or _role(stmts[position + 2]) != "epilogue":
+            return None
+        consumed = 3
+    if not isinstance(result, Var):
+        result = Var("acc", store.buffer.dtype)
+    init = notes["accumulate_init"]
+    if not isinstance(init, Expr):
+        return None
+    return _Product(_loops(spatial), _loops(reduce), store.buffer, store.index, *terms,
+                    init, finish, result), consumed
+
+
+def _match_scalar(stmt: Stmt) -> tuple[_Product, int] | None:
+    """``for spatial: alloc t[1]; t = init; for k: t = t + a * b; out[..] = f(t)``."""
+    if not isinstance(stmt, For) or _role(stmt) is not None:
+        return None
+    chain = _chain(stmt)
+    body = chain[-1].body
+    if not isinstance(body, Allocate) or body.buffer.scope != "local" or \
+            body.buffer.size != 1 or not isinstance(body.body, Seq) or len(body.body.stmts) != 3:
+        return None
+    acc = body.buffer
+    start, loop, final = body.body.stmts
+    if not (isinstance(start, Store) and start.buffer == acc and isinstance(loop, For) and
+            isinstance(final, Store) and final.buffer != acc):
+        return None
+    reduce = _chain(loop)
+    update = reduce[-1].body
+    if not isinstance(update, Store) or update.buffer != acc:
+        return None
+    terms = _product_terms(update.value, lambda n: isinstance(n, Load) and n.buffer == acc)
+    if terms is None or any(isinstance(n, Load) and n.buffer == acc
+                            for n in walk(start.value)):
+        return None
+    result = Var("acc", acc.dtype)
+    finish = rewrite(final.value, lambda n: result if isinstance(n, Load) and n.buffer == acc
+                     else None)
+    if any(isinstance(n, Load) and n.buffer in (acc, final.buffer) for n in walk(finish)):
+        return None
+    return _Product(_loops(chain), _loops(reduce), final.buffer, final.index, *terms,
+                    start.value, None if finish == result else finish, result), 1
+
+
+def _loops(loops: list[For]) -> list[tuple[Var, int]]:
+    return [(l.var, int(l.extent.value)) if isinstance(l.extent, Const) and
+            isinstance(l.start, Const) and l.start.value == 0 else (l.var, -1) for l in loops]
+
+
+def _product_terms(value: Expr, is_accumulator) -> tuple[Load, Load] | None:
+    """The two loads of ``acc + a * b`` (either order of both sums and products)."""
+    if not (isinstance(value, Binary) and value.op == "add"):
+        return None
+    for acc, product in ((value.a, value.b), (value.b, value.a)):
+        if is_accumulator(acc) and isinstance(product, Binary) and product.op == "mul" and \
+                isinstance(product.a, Load) and isinstance(product.b, Load) and \
+                not is_accumulator(product.a) and not is_accumulator(product.b):
+            return product.a, product.b
+    return None
+
+
+# ---------------------------------------------------------------------- normal form
+
+
+@dataclass
+class _Candidate:
+    stmt: Gemm
+    batch_b: bool   # whether B moves with the batch loops
+
+
+def _to_gemm(p: _Product, target: Target) -> _Candidate | None:
+    if any(e < 1 for _, e in p.spatial + p.reduce):
+        return None
+    if not (p.out.dtype == p.lhs.dtype == p.rhs.dtype == DType.FLOAT32) or \
+            p.lhs.lanes != 1 or p.rhs.lanes != 1 or p.lhs.buffer == p.out or \
+            p.rhs.buffer == p.out:
+        return None
+    if p.lhs.buffer.scope == "local" or p.rhs.buffer.scope == "local":
+        return None
+    # unit loops disappear
+    zero = {v: Const(0, INDEX) for v, e in p.spatial + p.reduce if e == 1}
+    p = _substituted(p, zero)
+    spatial = [(v, e) for v, e in p.spatial if e > 1]
+    reduce = [(v, e) for v, e in p.reduce if e > 1]
+    indices = [p.out_index, p.lhs.index, p.rhs.index]
+    coeffs = [affine_coefficients(simplify(i)) for i in indices]
+    if any(c is None for c in coeffs):
+        return None
+    extras = [n for n in walk((p.init, p.finish)) if isinstance(n, Load)]
+    extra_coeffs = [affine_coefficients(simplify(n.index)) for n in extras]
+    pinned = {v for n, c in zip(extras, extra_coeffs) if c is None
+              for v in walk(n.index) if isinstance(v, Var)}
+    pinned |= {v for v in _free_vars((p.init, p.finish)) if not _only_in_loads(v, p)}
+    all_coeffs = coeffs + [c for c in extra_coeffs if c is not None]
+    spatial = _merge(spatial, all_coeffs, pinned)
+    reduce = _merge(reduce, all_coeffs, pinned)
+    if len(reduce) != 1 or not spatial:
+        return None
+    (k_var, k_ext), = reduce
+    out_c, lhs_c, rhs_c = coeffs
+    j_var, n_ext = spatial[-1]
+    if out_c.get(j_var, 0) != 1 or out_c.get(k_var, 0):
+        return None
+    # B moves along j; A does not
+    if lhs_c.get(j_var, 0) and not rhs_c.get(j_var, 0):
+        lhs_c, rhs_c = rhs_c, lhs_c
+        a_load, b_load = p.rhs, p.lhs
+    else:
+        a_load, b_load = p.lhs, p.rhs
+    if lhs_c.get(j_var, 0) or not rhs_c.get(j_var, 0) or not lhs_c.get(k_var, 0):
+        return None
+    others = spatial[:-1]
+    rows = [(v, e) for v, e in others if lhs_c.get(v, 0) and not rhs_c.get(v, 0)]
+    i_var, m_ext = rows[-1] if rows else (Var("row", INDEX), 1)
+    batch = [(v, e) for v, e in others if v is not i_var]
+    if n_ext < target.lanes_for(DType.FLOAT32) or \
+            m_ext * n_ext * k_ext * math.prod(e for _, e in batch) < MIN_GEMM_WORK:
+        return None
+    if not _one_to_one(out_c, [(i_var, m_ext), (j_var, n_ext)] + batch):
+        return None
+    for v, _ in batch:   # an operand moving along a batch loop is fine; a reduction is not
+        if not out_c.get(v, 0):
+            return None
+    batch_vars = {v for v, _ in batch}
+
+    def base(c: dict) -> Expr:
+        expr: Expr = Const(c.get(None, 0), INDEX)
+        for v, _ in batch:
+            if c.get(v, 0):
+                expr = expr + Const(c[v], INDEX) * v
+        return simplify(expr)
+
+    result = p.result
+    finish = p.finish
+    if not (isinstance(p.init, Const) and p.init.value == 0):
+        start = Binary("add", p.init, result) if finish is None else None
+        finish = start if finish is None else substitute(finish, {
+            result: Binary("add", p.init, result)})
+    row, col = Var(f"{i_var.name}", INDEX), Var(f"{j_var.name}", INDEX)
+    if finish is not None:
+        finish = simplify(_rebuild_loads(finish, dict(zip(extras, extra_coeffs)),
+                                         {i_var: row, j_var: col}))
+        leftover = _free_vars(finish) - batch_vars - {row, col, result}
+        if leftover:
+            return None
+    knobs = default_knobs(m_ext, n_ext, k_ext, math.prod(e for _, e in batch), target)
+    stmt = Gemm(p.out, a_load.buffer, b_load.buffer, None, tuple(batch), m_ext, n_ext, k_ext,
+                base(out_c), base(lhs_c), base(rhs_c), out_c.get(i_var, 0),
+                lhs_c.get(i_var, 0), lhs_c[k_var], rhs_c[k_var], rhs_c[j_var], False,
+                row, col, result, finish, knobs)
+    return _Candidate(stmt, any(rhs_c.get(v, 0) for v in batch_vars))
+
+
+def _substituted(p: _Product, mapping: dict) -> _Product:
+    if not mapping:
+        return p
+    sub = lambda e: simplify(substitute(e, mapping))  # noqa: E731
+    return replace(p, out_index=sub(p.out_index),
+                   lhs=Load(p.lhs.buffer, sub(p.lhs.index)),
+                   rhs=Load(p.rhs.buffer, sub(p.rhs.index)), init=sub(p.init),
+                   finish=sub(p.finish) if p.finish is not None else None)
+
+
+def _free_vars(node) -> set[Var]:
+    return {n for n in walk(node) if isinstance(n, Var)}
+
+
+def _only_in_loads(var: Var, p: _Product) -> bool:
+    """Whether ``var`` occurs in the init and epilogue only inside load indices."""
+    def strip(n):
+        return Const(0, INDEX) if isinstance(n, Load) else None
+    return var not in _free_vars(rewrite((p.init, p.finish), strip))
+
+
+def _merge(loops: list[tuple[Var, int]], coeffs: list[dict], pinned: set[Var]
+           ) -> list[tuple[Var, int]]:
+    """Merge adjacent loops that every access walks as one (``c[outer] == c[inner] *
+    extent(inner)``), rewriting the coefficient dicts in place to the merged variable."""
+    merged = list(loops)
+    position = 0
+    while position + 1 < len(merged):
+        (outer, eo), (inner, ei) = merged[position], merged[position + 1]
+        if outer not in pinned and inner not in pinned and \
+                all(c.get(outer, 0) == c.get(inner, 0) * ei for c in coeffs):
+            for c in coeffs:
+                c.pop(outer, None)
+            merged[position:position + 2] = [(inner, eo * ei)]
+        else:
+            position += 1
+    return merged
+
+
+def _one_to_one(coeffs: dict, loops: list[tuple[Var, int]]) -> bool:
+    """Whether distinct iterations of ``loops`` store to distinct elements."""
+    terms = sorted((coeffs.get(v, 0), e) for v, e in loops if e > 1)
+    span = 1
+    for coefficient, extent in terms:
+        if coefficient < span:
+            return False
+        span = coefficient * extent
+    return True
+
+
+def _rebuild_loads(expr: Expr, coeffs: dict, rename: dict[Var, Var]) -> Expr:
+    """Loads of the epilogue re-indexed from their (merged) coefficients, with the row and
+    column variables renamed."""
+    def fn(n):
+        if isinstance(n, Load) and n in coeffs and coeffs[n] is not None:
+            c = coeffs[n]
+            index: Expr = Const(c.get(None, 0), INDEX)
+            for v, factor in c.items():
+                if v is not None and factor:
+                    index = index + Const(factor, INDEX) * rename.get(v, v)
+            return Load(n.buffer, simplify(index))
+        return None
+    rebuilt = rewrite(expr, fn)
+    return substitute(rebuilt, dict(rename))
+
+
+# ---------------------------------------------------------------------- knobs
+
+
+def register_tile(target: Target) -> tuple[int, int]:
+    """(rows, vectors per row) of the micro-kernel's register tile for the target: enough
+    independent accumulators to cover the FMA latency on every FMA port, leaving registers
+    for the B vectors and the broadcast A element."""
+    lanes = target.lanes_for(DType.FLOAT32)
+    if lanes >= 16:
+        return 12, 2        # 24 of 32 zmm registers
+    if lanes >= 4:
+        return 6, 2         # 12 of 16 ymm/xmm registers
+    return 4, 4             # scalar: 16 accumulators
+
+
+def default_knobs(m: int, n: int, k: int, batch: int, target: Target) -> GemmKnobs:
+    """The default blocking for an ``m x n x k`` product (``batch`` times): the tuner searches
+    the same knobs."""
+    lanes = target.lanes_for(DType.FLOAT32)
+    mr, vectors = register_tile(target)
+    nr = vectors * lanes
+    kc_target = 256 if nr * 4 * 256 <= 32 * 1024 else 128
+    kc = -(-k // -(-k // kc_target)) if k > kc_target * 5 // 4 else k
+    panels = -(-n // nr)
+    micro_rows = -(-m // mr)
+    work = m * n * k * batch
+    tasks = max(1, min(MAX_TASKS, work // WORK_PER_TASK))
+    if tasks > 1:
+        tasks += tasks % 2
+    blocks_m = -(-m // ROWS_PER_TASK)
+    blocks_n = min(panels, max(1, -(-tasks // (batch * blocks_m))))
+    if batch * blocks_m * blocks_n < tasks:
+        blocks_m = min(micro_rows, -(-tasks // (batch * blocks_n)))
+    mc = -(-micro_rows // blocks_m) * mr
+    nc = -(-panels // blocks_n) * nr
+    return GemmKnobs(mr, nr, kc, mc, nc, lanes)

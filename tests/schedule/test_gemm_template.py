@@ -1,0 +1,207 @@
+"""The GEMM template: which nests become a Gemm, and that the blocked, packed, register-tiled
+code computes what numpy computes (float64 reference) for every layout and tail.
+
+Shapes are chosen to hit every micro-kernel height (1..MR rows), a narrower last panel,
+several reduction blocks, batch loops with and without a shared B, constant B (packed at
+compile time) and run-time B (packed by the kernel), and fused epilogues.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember.core.target import Target
+from ember.ir.loop.functor import walk
+from ember.ir.loop.stmt import Gemm
+from ember.schedule.gemm import Prepack, default_knobs, register_tile
+
+ROOT = Path(__file__).resolve().parents[2]
+RNG = np.random.default_rng(7)
+
+
+def _model(nodes, inputs, initializers) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(a, n) for n, a in initializers.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _gemms(module) -> list[Gemm]:
+    return [n for impl in module.build.kernels for n in walk(impl.func.body)
+            if isinstance(n, Gemm)]
+
+
+def _check(model, feeds: dict, expected: np.ndarray, gemms: int = 1):
+    module = ember.compile(model)
+    out = module.run(feeds)["y"]
+    scale = max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5 * scale)
+    assert len(_gemms(module)) == gemms, module.build.source[:2000]
+    return module
+
+
+def _randn(*shape) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 64, 300), (5, 17, 60), (7, 33, 600), (13, 100, 64),
+                                   (67, 40, 257), (128, 24, 1030)])
+def test_matmul_with_constant_weight_matches_numpy(m, n, k):
+    a, w = _randn(m, k), _randn(k, n)
+    module = _check(_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [m, k])],
+                           {"w": w}), {"x": a}, a.astype(np.float64) @ w)
+    gemm, = _gemms(module)
+    assert gemm.b_packed and gemm.pack is None  # the weight was packed at compile time
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 1), (1, 0), (1, 1)])
+def test_gemm_transposes_cost_nothing_at_run_time(trans_a, trans_b):
+    m, n, k = 19, 70, 150
+    a = _randn(k, m) if trans_a else _randn(m, k)
+    w = _randn(n, k) if trans_b else _randn(k, n)
+    bias = _randn(n)
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transA=trans_a, transB=trans_b,
+                            alpha=0.5, beta=2.0)
+    expected = 0.5 * ((a.T if trans_a else a).astype(np.float64) @ (w.T if trans_b else w)) \
+        + 2.0 * bias
+    module = _check(_model([node], [("x", list(a.shape))], {"w": w, "b": bias}),
+                    {"x": a}, expected)
+    assert _gemms(module)[0].b_packed
+
+
+def test_fused_bias_and_activation_run_on_the_tile():
+    a, w, bias = _randn(2, 45, 96), _randn(96, 80), _randn(80)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]),
+             helper.make_node("Add", ["t", "b"], ["u"]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    module = _check(_model(nodes, [("x", [2, 45, 96])], {"w": w, "b": bias}), {"x": a},
+                    np.maximum(a.astype(np.float64) @ w + bias, 0))
+    assert len(module.build.kernels) == 1
+    gemm, = _gemms(module)
+    assert gemm.finish is not None  # the epilogue is in the template, not a second pass
+
+
+def test_residual_epilogue_reads_its_own_tile_position():
+    a, w, r = _randn(37, 64), _randn(64, 50), _randn(37, 50)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]),
+             helper.make_node("Add", ["t", "r"], ["y"])]
+    _check(_model(nodes, [("x", [37, 64]), ("r", [37, 50])], {"w": w}), {"x": a, "r": r},
+           a.astype(np.float64) @ w + r)
+
+
+@pytest.mark.parametrize("shared_b", [False, True])
+def test_batched_matmul_of_two_inputs_packs_b_at_run_time(shared_b):
+    a = _randn(3, 2, 29, 40)
+    b = _randn(40, 35) if shared_b else _randn(3, 2, 40, 35)
+    module = _check(_model([helper.make_node("MatMul", ["x", "z"], ["y"])],
+                           [("x", list(a.shape)), ("z", list(b.shape))], {}),
+                    {"x": a, "z": b}, a.astype(np.float64) @ b)
+    gemm, = _gemms(module)
+    assert gemm.pack is not None and not gemm.b_packed
+    assert gemm.pack.shape[0] == (1 if shared_b else 6)
+
+
+def test_pointwise_convolution_is_a_gemm_over_merged_pixels():
+    x, w, bias = _randn(2, 24, 9, 11), _randn(40, 24, 1, 1), _randn(40)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[1, 1])]
+    expected = np.einsum("nchw,oc->nohw", x.astype(np.float64), w[:, :, 0, 0]) + \
+        bias[None, :, None, None]
+    module = _check(_model(nodes, [("x", list(x.shape))], {"w": w, "b": bias}), {"x": x},
+                    expected)
+    gemm, = _gemms(module)
+    assert gemm.n == 9 * 11  # H and W walk memory as one loop
+
+
+def test_products_that_are_not_gemms_keep_their_loops():
+    # a 3x3 convolution has three reduction loops: not a single-k product
+    x, w = _randn(1, 8, 12, 12), _randn(8, 8, 3, 3)
+    module = ember.compile(_model([helper.make_node("Conv", ["x", "w"], ["y"],
+                                                    kernel_shape=[3, 3])],
+                                  [("x", list(x.shape))], {"w": w}))
+    assert not _gemms(module)
+
+
+def test_prepack_layout_against_an_explicit_loop():
+    k, n, nr = 5, 11, 8
+    w = _randn(n, k)  # transposed weight: element (kk, j) at j*k + kk
+    packed = Prepack(param=1, k=k, n=n, rs=1, cs=k, base=0, nr=nr).apply(w)
+    assert packed.shape == (2, k, nr)
+    for kk in range(k):
+        for j in range(16):
+            expected = w[j, kk] if j < n else 0.0
+            assert packed[j // nr, kk, j % nr] == expected
+
+
+@pytest.mark.parametrize("name", ["x86_64", "x86_64-avx2", "x86_64-avx512", "aarch64",
+                                  "wasm32"])
+def test_knobs_fit_the_target(name):
+    target = Target.parse(name)
+    lanes = target.lanes_for(ember.core.dtypes.DType.FLOAT32)
+    mr, vectors = register_tile(target)
+    assert mr * vectors + vectors + 1 <= (32 if lanes >= 16 else 16)  # fits the registers
+    for shape in [(1, 1024, 784), (128, 3072, 768), (1024, 1024, 1024), (7, 9, 5)]:
+        knobs = default_knobs(*shape, batch=1, target=target)
+        assert knobs.nr == vectors * lanes and knobs.mc % knobs.mr == 0
+        assert knobs.nc % knobs.nr == 0 and 1 <= knobs.kc <= shape[2]
+
+
+SANITIZED = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    import ember
+    rng = np.random.default_rng(0)
+    def model(nodes, inputs, inits):
+        graph = helper.make_graph(nodes, "g",
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(a, n) for n, a in inits.items()])
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        return m
+    ran = 0
+    for m, n, k in [(1, 20, 300), (7, 33, 600), (13, 17, 64)]:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        b = rng.standard_normal(n).astype(np.float32)
+        nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["t"], transB=1),
+                 helper.make_node("Relu", ["t"], ["y"])]
+        module = ember.compile(model(nodes, [("x", [m, k])], {"w": w, "b": b}), sanitize=True)
+        out = module.run({"x": a})["y"]
+        assert np.allclose(out, np.maximum(a @ w.T + b, 0), rtol=1e-4, atol=1e-4)
+        ran += 1
+    a = rng.standard_normal((2, 11, 40)).astype(np.float32)
+    z = rng.standard_normal((2, 40, 19)).astype(np.float32)
+    module = ember.compile(model([helper.make_node("MatMul", ["x", "z"], ["y"])],
+                                 [("x", [2, 11, 40]), ("z", [2, 40, 19])], {}), sanitize=True)
+    assert np.allclose(module.run({"x": a, "z": z})["y"], a @ z, rtol=1e-4, atol=1e-4)
+    print("ran", ran + 1)
+""")
+
+
+def test_gemm_template_is_clean_under_asan_and_ubsan():
+    from ember.toolchain.compiler import sanitizer_preload
+
+    env = dict(os.environ, LD_PRELOAD=sanitizer_preload(),
+               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    result = subprocess.run([sys.executable, "-c", SANITIZED, str(ROOT)], env=env,
+                            capture_output=True, text=True, timeout=600)
+    report = result.stdout[-3000:] + result.stderr[-6000:]
+    assert result.returncode == 0, report
+    assert "runtime error" not in result.stderr, report
+    assert "ran 4" in result.stdout, report
