@@ -4,6 +4,7 @@
     y = module(x)                                    # numpy in, numpy out
     module.save("resnet18.ember")                    # artifact: library + weights + manifest
     same = ember.load("resnet18.ember")
+    print(module.profile(x).table())                 # time, FLOPs, bytes of every kernel
 
 A model with dynamic dims is compiled for the shapes of its first call (or ``input_shapes``);
 calling it with other shapes compiles another specialization, as torch.compile does without
@@ -16,7 +17,7 @@ import tempfile
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from ember.runtime.binding import as_array, bind_call, bind_run, call_result
 from ember.runtime.errors import ModelLoadError
 from ember.runtime.manifest import HostNodeEntry
 from ember.runtime.model import CompiledModel, HostFunction
+
+if TYPE_CHECKING:
+    from ember.profile import Peak, Profile
 
 
 def _as_graph(model: Any, memory_limit: int | None = None) -> Graph:
@@ -143,14 +147,43 @@ class Module:
                            self._run(bind_call(self.input_names, args, kwargs)))
 
     def _run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        arrays, (_, runtime) = self._bind(feeds)
+        return runtime.run(arrays)
+
+    def _bind(self, feeds: Mapping[str, Any]
+              ) -> tuple[dict[str, np.ndarray], tuple[Build, CompiledModel]]:
+        """The checked input arrays, and the variant compiled for their shapes."""
         from ember.interp.reference import check_inputs
 
         arrays = {name: as_array(name, value, _describe(self.graph.types.get(name)))
                   for name, value in feeds.items()}
         check_inputs(self.graph, arrays)  # dtype, rank, static dims: before compiling
         shapes = {name: tuple(array.shape) for name, array in arrays.items()}
-        _, runtime = self._variant(self._shapes_from(shapes))
-        return runtime.run(arrays)
+        return arrays, self._variant(self._shapes_from(shapes))
+
+    def profile(self, feeds: Any, *, repeat: int = 10, warmup: int = 2,
+                peak: Peak | None = None) -> Profile:
+        """Time every kernel (and fallback node) of a run on ``feeds`` (as for :meth:`run`).
+
+        The library runs ``warmup`` untimed rounds, then ``repeat`` rounds that each time a
+        whole call and every step of a profiled call (the same steps, with a clock read
+        between them); the result has the per-step medians joined with what the build knows
+        of each step: its nodes, FLOPs and bytes moved.  ``peak`` (``ember.profile.
+        measure_peak()``, measured in the same run) adds each step's share of the FMA peak
+        and of the memory bandwidth.
+        """
+        from ember.profile import build_profile
+        from ember.runtime.profiling import check_counts
+
+        check_counts(repeat, warmup)
+        arrays, (build, runtime) = self._bind(bind_run(self.input_names, feeds))
+        times = runtime.profile(arrays, repeat=repeat, warmup=warmup)
+        with self._variants_lock:
+            threads = self._num_threads
+        return build_profile(build.graph, build.impls, times.step_seconds, times.call_seconds,
+                             repeat=repeat, warmup=warmup, threads=threads, peak=peak,
+                             model=self.graph.name,
+                             inputs={name: array.shape for name, array in arrays.items()})
 
     def set_num_threads(self, count: int) -> None:
         with self._variants_lock:

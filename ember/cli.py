@@ -4,6 +4,8 @@
     ember inspect MODEL.onnx --stages [--kernel K] [--html OUT] [--opt-level 2] [--dim N=8]
     ember run MODEL.onnx [--input NAME=FILE.npy ...] [--dim N=1] [--seed S] [--output-dir DIR]
     ember bench [--models ...] [--batch 1 16] [--exporter both] [--peers ...] [--quick]
+    ember profile MODEL.onnx [--batch N] [--shape NAME=D1,D2] [--repeat N] [--threads N]
+                             [--peak] [--json OUT] [--top K]
 
 MODEL may also be an ember graph JSON file (``--json`` output of ``inspect``).  Each subcommand
 is one ``_add_<name>`` function that declares its arguments and one ``_<name>`` function that
@@ -86,7 +88,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--traceback", action="store_true",
                         help="show the Python traceback of internal errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (_add_inspect, _add_run, _add_compile, _add_bench):
+    for add_command in (_add_inspect, _add_run, _add_compile, _add_bench, _add_profile):
         add_command(commands)
     return parser
 
@@ -595,12 +597,16 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _compile_shapes(graph: Graph, bindings: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
-    """The concrete input shapes to compile for; names every symbolic dimension that --dim
-    leaves unbound (all of them at once, not one per attempt)."""
-    shapes: dict[str, tuple[int, ...]] = {}
+def _compile_shapes(graph: Graph, bindings: Mapping[str, int],
+                    given: Mapping[str, tuple[int, ...]] | None = None
+                    ) -> dict[str, tuple[int, ...]]:
+    """The concrete input shapes to compile for (``given`` ones as they are); names every
+    symbolic dimension that --dim leaves unbound (all of them at once, not one per attempt)."""
+    shapes: dict[str, tuple[int, ...]] = dict(given or {})
     unbound: dict[str, list[str]] = {}  # symbol -> inputs that have it
     for name in graph.inputs:
+        if name in shapes:
+            continue
         vtype = graph.types.get(name)
         if not isinstance(vtype, TensorType) or vtype.shape is None:
             continue
@@ -635,6 +641,161 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     from ember.bench.cli import add_bench_parser
 
     add_bench_parser(commands)
+
+
+# ---------------------------------------------------------------------- profile
+
+
+def _add_profile(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "profile", help="compile a model and time each of its kernels",
+        description="Compile a model, run it on random inputs and time every step of the "
+                    "compiled run (each fused kernel and numpy fallback): median time, share, "
+                    "FLOPs, bytes moved and the rates they give, slowest first.  With --peak, "
+                    "also each kernel's share of this machine's FMA peak and memory bandwidth, "
+                    "measured in the same run.")
+    _add_model_argument(parser)
+    parser.add_argument("--batch", type=_positive_int, metavar="N",
+                        help="size of the symbolic leading (batch) dimension of the inputs")
+    parser.add_argument("--shape", action="append", default=[], type=_name_equals(_shape),
+                        metavar="NAME=D1,D2,...", help="the full shape of input NAME")
+    _add_dim_option(parser, "size of a symbolic dimension (unbound ones default to 1)")
+    parser.add_argument("--repeat", type=_positive_int, default=20, metavar="N",
+                        help="timed runs; the table shows medians (default: %(default)s)")
+    parser.add_argument("--warmup", type=_non_negative_int, default=3, metavar="N",
+                        help="untimed runs first (default: %(default)s)")
+    parser.add_argument("--threads", type=_positive_int, metavar="N",
+                        help="threads of the kernels and of the peak (default: every core)")
+    parser.add_argument("--peak", action="store_true",
+                        help="measure the fp32 FMA peak and the memory bandwidth now and "
+                             "show each kernel's share of them (a few seconds)")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="write the profile to OUT")
+    parser.add_argument("--top", type=_positive_int, metavar="K",
+                        help="show only the K slowest steps (the total covers all)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
+    _add_memory_limit_option(parser)
+    parser.set_defaults(handler=_profile)
+
+
+def _positive_int(text: str) -> int:
+    return _bounded_int(text, 1, "a positive integer")
+
+
+def _non_negative_int(text: str) -> int:
+    return _bounded_int(text, 0, "a non-negative integer")
+
+
+def _bounded_int(text: str, low: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+    return value
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    """``8,3,224,224`` (or ``8x3x224x224``; empty parts are an error, ``""`` is a scalar)."""
+    parts = [part.strip() for part in re.split(r"[,x]", text)] if text.strip() else []
+    return tuple(_dim_size(part) for part in parts)
+
+
+def _profile(args: argparse.Namespace, console: Console) -> int:
+    from ember.api import compile as compile_model
+
+    if args.model.is_dir():
+        raise InputError(f"'{args.model}' is a directory (an artifact?); ember profile takes "
+                         f"a model file, as it needs the compiler's view of each kernel (an "
+                         f"artifact's step times: ember.load(path).profile(inputs))")
+    graph = _load(args.model, args.memory_limit)
+    for name in graph.inputs:
+        vtype = graph.types.get(name)
+        if not isinstance(vtype, TensorType) or vtype.shape is None:
+            raise InputError(f"input '{name}' is {vtype or 'of unknown type'}; compiled models "
+                             f"take tensors of known rank")
+    shapes, defaulted = _profile_shapes(graph, args)
+    if defaulted:
+        console.print(f"note: profiling with {', '.join(f'{s}=1' for s in defaulted)} (set "
+                      f"sizes with --batch, --dim or --shape)")
+    rng = np.random.default_rng(args.seed)
+    feeds = {name: _random_array(graph.types[name].dtype, shapes[name], rng)
+             for name in graph.inputs}
+    module = compile_model(graph, opt_level=args.opt_level, input_shapes=shapes,
+                           memory_limit=args.memory_limit)
+    if args.threads is not None:
+        module.set_num_threads(args.threads)
+    console.print(module.report().splitlines()[0])
+    peak = None
+    if args.peak:
+        from ember.profile import measure_peak
+
+        peak = measure_peak(args.threads)
+    profile = module.profile(feeds, repeat=args.repeat, warmup=args.warmup, peak=peak)
+    _wide(console).print(profile.table(top=args.top))
+    if args.json is not None:
+        args.json.write_text(profile.to_json() + "\n", encoding="utf-8")
+        console.print(f"wrote {args.json}")
+    return EXIT_OK
+
+
+def _profile_shapes(graph: Graph, args: argparse.Namespace
+                    ) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """The input shapes to profile, and the symbols nothing binds (they default to 1, as in
+    ``ember run``).  --shape fixes its input's whole shape; a symbol takes its size from
+    --dim, else from a --shape that has it, else (a leading dimension) from --batch."""
+    given: dict[str, tuple[int, ...]] = {}
+    bindings = _bindings(graph, args.dim)
+    for name, shape in args.shape:
+        given[name] = _checked_shape(graph, name, shape)
+        vtype = graph.types[name]
+        assert isinstance(vtype, TensorType) and vtype.shape is not None  # _profile checked
+        for dim, size in zip(vtype.shape, shape):
+            symbol = _single_symbol(dim)
+            if symbol is not None:
+                bindings.setdefault(symbol, size)
+    if args.batch is not None:
+        leading = [vtype.shape[0] for name in graph.inputs
+                   if isinstance(vtype := graph.types.get(name), TensorType) and vtype.shape]
+        symbols = {_single_symbol(dim) for dim in leading} - {None}
+        fixed = {dim for dim in leading if isinstance(dim, int)}
+        if not symbols and fixed != {args.batch}:
+            raise InputError(f"--batch {args.batch}: no input has a symbolic leading "
+                             f"dimension (leading dimensions: {sorted(fixed) or 'none'}); "
+                             f"give shapes with --shape NAME=D1,D2,...")
+        for symbol in symbols:  # --dim and --shape win
+            bindings.setdefault(symbol, args.batch)
+    defaulted = sorted({symbol for name in graph.inputs if name not in given
+                        for symbol in _type_symbols(graph.types.get(name))} - set(bindings))
+    for symbol in defaulted:
+        bindings[symbol] = 1
+    return _compile_shapes(graph, bindings, given), defaulted
+
+
+def _checked_shape(graph: Graph, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A --shape for input ``name``: its rank and static dims must be the model's."""
+    if name not in graph.inputs:
+        raise InputError(f"--shape names '{name}', which is not an input; the model's inputs "
+                         f"are {', '.join(graph.inputs)}")
+    vtype = graph.types[name]
+    assert isinstance(vtype, TensorType) and vtype.shape is not None  # _profile checked
+    if len(vtype.shape) != len(shape):
+        raise InputError(f"--shape {name}: {len(shape)} dimension(s) given, input '{name}' "
+                         f"has {len(vtype.shape)} ({vtype})")
+    for axis, (dim, size) in enumerate(zip(vtype.shape, shape)):
+        if isinstance(dim, int) and dim != size:
+            raise InputError(f"--shape {name}: dimension {axis} is {dim} in the model, "
+                             f"{size} given ({vtype})")
+    return shape
+
+
+def _wide(console: Console) -> Console:
+    """A console wide enough for a wide table when the output is a file or a pipe (rich
+    would wrap it at 80 columns and fold every cell)."""
+    if console.is_terminal:
+        return console
+    return Console(width=240, markup=False, highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,18 @@ into an error naming the node.  Kernels whose loads are addressed by run-time da
 indices) declare the valid range of those inputs; the entry point checks them before calling
 the kernel.
 
+``ember_run_profiled`` takes the same arguments plus ``double *step_seconds``, one slot per
+step, and runs the same steps, writing each step's wall time (``CLOCK_MONOTONIC``) into its
+slot: the per-kernel profiler (``ember profile``) reads it.  Both functions are generated
+from the same lines of each step, so they cannot drift apart; ``ember_run`` itself carries
+no timing code.  A library whose platform has no monotonic clock (wasm) omits the profiled
+entry point, and the runtime says profiling is not supported.
+
 The library also describes itself: ``ember_signature()`` returns a JSON text of the input,
-output and fallback-node buffers (dtypes and shapes), of the workspace and weights sizes and
-of the offset, dtype and shape of every constant it reads from the weights blob,
-so that a loader can refuse a manifest that does not match the code.  It holds numbers and
+output and fallback-node buffers (dtypes and shapes), of the workspace and weights sizes, of
+the offset, dtype and shape of every constant it reads from the weights blob and of the
+number of steps (the length of ``step_seconds``), so that a loader can refuse a manifest
+that does not match the code.  It holds numbers and
 dtype names only: no text from the model reaches the generated source except through
 :mod:`ember.codegen.c_names` (node names appear in comments, sanitized by ``c_comment``).
 """
@@ -25,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ember.codegen.c_names import c_comment
 from ember.codegen.c_types import storage_ctype
@@ -49,9 +57,43 @@ def status_code(node_index: int, reason: int) -> int:
 HEADER = """
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 typedef int32_t (*ember_host_fn)(void *ctx, int32_t node_index, void **buffers);
 """  # EMBER_EXPORT (default visibility) is defined by the codegen prelude
+
+# The clock of ember_run_profiled.  The library is compiled as strict C11 (-std=c11), where
+# glibc's and musl's <time.h> hide POSIX's clock_gettime; on Linux its type is fixed by the
+# kernel ABI (clockid_t is int, CLOCK_MONOTONIC is 1), so it is declared here.  Platforms that
+# show it (macOS) use their own declaration; others (wasm) get no profiled entry point.
+PROFILING_CLOCK = """
+#if defined(CLOCK_MONOTONIC)
+#define EM_PROFILING 1
+#define EM_CLOCK_MONOTONIC CLOCK_MONOTONIC
+#elif defined(__linux__)
+#define EM_PROFILING 1
+#define EM_CLOCK_MONOTONIC 1
+int clock_gettime(int clock_id, struct timespec *now);
+#endif
+
+#ifdef EM_PROFILING
+/* Seconds since *since; *since becomes now, so consecutive steps share their boundaries and
+   the step times add up to the whole run. */
+static double em_lap(struct timespec *since)
+{
+  struct timespec now;
+  if (clock_gettime(EM_CLOCK_MONOTONIC, &now) != 0)
+    now = *since;
+  const double seconds = (double)(now.tv_sec - since->tv_sec)
+                         + (double)(now.tv_nsec - since->tv_nsec) * 1e-9;
+  *since = now;
+  return seconds;
+}
+#endif
+"""
+
+RUN_PARAMETERS = ("void *const *inputs, void *const *outputs, const uint8_t *weights, "
+                  "uint8_t *workspace, ember_host_fn host, void *host_ctx")
 
 
 @dataclass
@@ -92,7 +134,8 @@ def signature(g: Graph, steps: list[EntryStep], workspace_size: int, weights_siz
                   for step in steps if step.kind == "host"]
     return {"abi": ABI_VERSION, "inputs": specs(list(g.inputs)),
             "outputs": specs(list(g.outputs)), "workspace_size": int(workspace_size),
-            "weights_size": int(weights_size), "weights": weights, "host_nodes": host_nodes}
+            "weights_size": int(weights_size), "weights": weights, "host_nodes": host_nodes,
+            "steps": len(steps)}
 
 
 # A signature is numbers, dtype names and JSON punctuation; nothing that could end a C string.
@@ -130,6 +173,13 @@ def _range_check_helper(dtype: DType) -> str:
 def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, int],
                    workspace_offsets: dict[str, int], workspace_size: int,
                    weights_size: int = 0) -> str:
+    """The C of ``ember_run``, ``ember_run_profiled``, ``ember_workspace_size`` and
+    ``ember_signature`` for ``steps`` (in order; step ``k`` has index ``k``, which is also
+    its slot in ``step_seconds``)."""
+    for position, step in enumerate(steps):
+        if step.index != position:
+            raise ValueError(f"step {position} has index {step.index}; steps must be numbered "
+                             f"in order from 0 (the index is the step's timing slot)")
     output_index: dict[str, int] = {}
     for j, name in enumerate(g.outputs):
         output_index.setdefault(name, j)
@@ -149,6 +199,12 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
     described = signature(g, steps, workspace_size, weights_size, weight_offsets)
     checked_dtypes = sorted({g.types[c.input].dtype for s in steps for c in s.index_checks},
                             key=lambda d: d.numpy.name)
+    # The C of each step, generated once: both entry points are made of these very lines.
+    step_code = [_step_lines(g, step, pointer) for step in steps]
+    tail = _passthrough_lines(g, produced, output_index, pointer)
+    unused = ["  (void)inputs; (void)outputs; (void)weights; (void)workspace;",
+              "  (void)host; (void)host_ctx;"]
+
     lines = [HEADER,
              *(_range_check_helper(d) for d in checked_dtypes),
              "EMBER_EXPORT int64_t ember_workspace_size(void)",
@@ -157,38 +213,62 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
              "EMBER_EXPORT const char *ember_signature(void)",
              f"{{ return {_signature_literal(described)}; }}",
              "",
-             "EMBER_EXPORT int32_t ember_run(void *const *inputs, void *const *outputs, "
-             "const uint8_t *weights, uint8_t *workspace, ember_host_fn host, void *host_ctx)",
+             f"EMBER_EXPORT int32_t ember_run({RUN_PARAMETERS})",
              "{",
-             "  (void)inputs; (void)outputs; (void)weights; (void)workspace;",
-             "  (void)host; (void)host_ctx;"]
-    for step in steps:
-        lines.append(f"  /* step {step.index}: {c_comment(step.label)} */")
-        for check in step.index_checks:
-            vtype = g.types[check.input]
-            count = vtype.nbytes // vtype.dtype.itemsize
-            lines.append(f"  if (em_out_of_range_{vtype.dtype.numpy.name}("
-                         f"(const {storage_ctype(vtype.dtype)} *){pointer(check.input)}, "
-                         f"{count}, INT64_C({check.low}), INT64_C({check.high})))")
-            lines.append(f"    return {status_code(step.index, STATUS_INDEX_OUT_OF_RANGE)};")
-        args = [pointer(n) for n in step.reads] + [pointer(n) for n in step.writes]
-        args += [f"(void *)(workspace + {offset})" for offset in step.scratch_offsets]
-        if step.kind == "kernel":
-            lines.append(f"  {step.kernel_name}({', '.join(args)});")
-        else:
-            buffers = ", ".join(args) if args else "0"
-            lines.append("  {")
-            lines.append(f"    void *buffers[{max(len(args), 1)}] = {{{buffers}}};")
-            lines.append(f"    if (host(host_ctx, {step.index}, buffers) != 0)")
-            lines.append(f"      return {status_code(step.index, STATUS_HOST_FAILED)};")
-            lines.append("  }")
-    # Outputs that no node writes (an input or constant passed through, or a repeated name).
+             *unused]
+    for code in step_code:
+        lines.extend(code)
+    lines += [*tail, "  return 0;", "}", PROFILING_CLOCK,
+              "#ifdef EM_PROFILING",
+              "/* ember_run, writing the wall time of step k to step_seconds[k]. */",
+              f"EMBER_EXPORT int32_t ember_run_profiled({RUN_PARAMETERS}, "
+              f"double *step_seconds)",
+              "{",
+              *unused,
+              "  (void)step_seconds;",
+              "  struct timespec em_clock;",
+              "  if (clock_gettime(EM_CLOCK_MONOTONIC, &em_clock) != 0)",
+              "    memset(&em_clock, 0, sizeof em_clock);"]
+    for step, code in zip(steps, step_code):
+        lines.extend(code)
+        lines.append(f"  step_seconds[{step.index}] = em_lap(&em_clock);")
+    lines += [*tail, "  return 0;", "}", "#endif"]
+    return "\n".join(lines) + "\n"
+
+
+def _step_lines(g: Graph, step: EntryStep, pointer: Callable[[str], str]) -> list[str]:
+    """The C statements of one step: its range checks, then the kernel call or host call."""
+    lines = [f"  /* step {step.index}: {c_comment(step.label)} */"]
+    for check in step.index_checks:
+        vtype = g.types[check.input]
+        count = vtype.nbytes // vtype.dtype.itemsize
+        lines.append(f"  if (em_out_of_range_{vtype.dtype.numpy.name}("
+                     f"(const {storage_ctype(vtype.dtype)} *){pointer(check.input)}, "
+                     f"{count}, INT64_C({check.low}), INT64_C({check.high})))")
+        lines.append(f"    return {status_code(step.index, STATUS_INDEX_OUT_OF_RANGE)};")
+    args = [pointer(n) for n in step.reads] + [pointer(n) for n in step.writes]
+    args += [f"(void *)(workspace + {offset})" for offset in step.scratch_offsets]
+    if step.kind == "kernel":
+        lines.append(f"  {step.kernel_name}({', '.join(args)});")
+    else:
+        buffers = ", ".join(args) if args else "0"
+        lines.append("  {")
+        lines.append(f"    void *buffers[{max(len(args), 1)}] = {{{buffers}}};")
+        lines.append(f"    if (host(host_ctx, {step.index}, buffers) != 0)")
+        lines.append(f"      return {status_code(step.index, STATUS_HOST_FAILED)};")
+        lines.append("  }")
+    return lines
+
+
+def _passthrough_lines(g: Graph, produced: set[str], output_index: dict[str, int],
+                       pointer: Callable[[str], str]) -> list[str]:
+    """Copies of the outputs that no node writes (an input or constant passed through, or a
+    repeated name)."""
+    lines = []
     for j, name in enumerate(g.outputs):
         if name in produced and output_index[name] == j:
             continue
         source = pointer(name) if name not in produced else f"outputs[{output_index[name]}]"
         vtype = g.types[name]
         lines.append(f"  memcpy(outputs[{j}], {source}, {vtype.nbytes});")
-    lines.append("  return 0;")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    return lines

@@ -6,7 +6,10 @@ The library's entry point is
                       uint8_t *workspace, ember_host_fn host, void *host_ctx);
 
 with every buffer 64-byte aligned and sized from the manifest, which the loader has checked
-against the library's own signature.  ``host`` is called for nodes that run their numpy
+against the library's own signature.  ``ember_run_profiled`` takes the same arguments and a
+``double *step_seconds`` of one slot per step (``steps`` in the signature): ``profile()``
+times every step with it (:mod:`ember.runtime.profiling`); libraries built before it existed
+run as ever but cannot be profiled.  ``host`` is called for nodes that run their numpy
 reference instead of compiled code (fallbacks, listed in the manifest); the runtime forwards
 those calls to a Python callable given at load time, since only the compiler knows the op
 references.  A non-zero return is ``node_index * 256 + code``: a fallback node failed (its
@@ -29,6 +32,7 @@ from ember.runtime.dtypes import numpy_dtype
 from ember.runtime.errors import EmberError, ExecutionError, ModelLoadError
 from ember.runtime.library import load_library
 from ember.runtime.manifest import HostNodeEntry, IndexCheck, Manifest, TensorSpec
+from ember.runtime.profiling import StepTimes, check_counts, measure_steps
 from ember.runtime.safetensors_io import parse_safetensors
 from ember.runtime.signature import (STATUS_HOST_FAILED, STATUS_INDEX_OUT_OF_RANGE,
                                      MAX_SIGNATURE_BYTES, check_manifest, parse_signature)
@@ -70,6 +74,7 @@ class CompiledModel:
         for check in self.manifest.checks:
             self._checks.setdefault(check.node_index, []).append(check)
         self._lock = threading.Lock()
+        self._steps: int | None = None  # from the signature; None: cannot be profiled
         self._lib = self._load_library(artifact)
         self._weights = self._load_weights(artifact)
         self._host_nodes = self._resolve_host_nodes(host_resolver)
@@ -86,6 +91,16 @@ class CompiledModel:
     @property
     def input_names(self) -> list[str]:
         return [spec.name for spec in self.inputs]
+
+    @property
+    def steps(self) -> int | None:
+        """How many steps (kernels and fallback nodes) a run takes; None for a library of an
+        ember from before profiling, which does not say."""
+        return self._steps
+
+    @property
+    def supports_profiling(self) -> bool:
+        return self._steps is not None and hasattr(self._lib, "ember_run_profiled")
 
     @property
     def output_names(self) -> list[str]:
@@ -115,9 +130,13 @@ class CompiledModel:
         signature = parse_signature(text, source)
         check_manifest(self.manifest, signature, int(lib.ember_workspace_size()), source)
         lib.ember_run.restype = ctypes.c_int32
-        lib.ember_run.argtypes = [ctypes.POINTER(ctypes.c_void_p),
-                                  ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
-                                  ctypes.c_void_p, HOST_FN, ctypes.c_void_p]
+        run_arguments = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p),
+                         ctypes.c_void_p, ctypes.c_void_p, HOST_FN, ctypes.c_void_p]
+        lib.ember_run.argtypes = run_arguments
+        if signature.steps is not None and hasattr(lib, "ember_run_profiled"):
+            lib.ember_run_profiled.restype = ctypes.c_int32
+            lib.ember_run_profiled.argtypes = [*run_arguments, ctypes.c_void_p]
+            self._steps = signature.steps
         if hasattr(lib, "ember_set_num_threads"):
             lib.ember_set_num_threads.argtypes = [ctypes.c_int32]
         return lib
@@ -191,19 +210,50 @@ class CompiledModel:
         return call_result(self.output_names, self._run(bind_call(self.input_names, args,
                                                                   kwargs)))
 
+    def profile(self, feeds: Any, repeat: int = 10, warmup: int = 2) -> StepTimes:
+        """Time every step of a run on ``feeds`` (as for :meth:`run`).
+
+        Runs ``warmup`` untimed rounds, then ``repeat`` rounds of one ordinary run and one
+        profiled run; ``.step_seconds`` of the result are the per-step medians (in step
+        order: the build's kernels and fallback nodes) and ``.call_seconds`` the median of
+        the whole calls.  A failing step raises as :meth:`run` would.
+        """
+        check_counts(repeat, warmup)
+        if not self.supports_profiling:
+            raise ExecutionError(
+                f"compiled model '{self.path.name}' cannot be profiled: its library has no "
+                f"ember_run_profiled (built by an older ember, or for a platform without a "
+                f"monotonic clock); compile and save the model again with this ember")
+        bound = bind_run(self.input_names, feeds)
+        arrays = [self._input_array(spec, bound[spec.name]) for spec in self.inputs]
+        steps = self._steps or 0
+
+        def profiled(slots: np.ndarray) -> dict[str, np.ndarray]:
+            outputs = [_aligned_array(spec) for spec in self.outputs]
+            self._call(self._lib.ember_run_profiled, arrays, outputs, slots.ctypes.data)
+            return {spec.name: array for spec, array in zip(self.outputs, outputs)}
+
+        return measure_steps(profiled, lambda: self._run(bound), steps, repeat, warmup)
+
     def _run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         arrays = [self._input_array(spec, feeds[spec.name]) for spec in self.inputs]
         outputs = [_aligned_array(spec) for spec in self.outputs]
+        self._call(self._lib.ember_run, arrays, outputs)
+        return {spec.name: array for spec, array in zip(self.outputs, outputs)}
+
+    def _call(self, entry: Any, arrays: list[np.ndarray], outputs: list[np.ndarray],
+              *extra: Any) -> None:
+        """Call ``entry`` (ember_run or ember_run_profiled, then ``extra`` arguments) on the
+        bound buffers; a non-zero status becomes the error it stands for."""
         in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
         with self._lock:
             self._host_error = None
-            status = self._lib.ember_run(in_ptrs, out_ptrs, self._weights.ctypes.data,
-                                         self._workspace.ctypes.data, self._host_callback, None)
+            status = entry(in_ptrs, out_ptrs, self._weights.ctypes.data,
+                           self._workspace.ctypes.data, self._host_callback, None, *extra)
             error, self._host_error = self._host_error, None
         if status != 0:
             raise self._status_error(status, error)
-        return {spec.name: array for spec, array in zip(self.outputs, outputs)}
 
     def _input_array(self, spec: TensorSpec, value: Any) -> np.ndarray:
         dtype = numpy_dtype(spec.dtype)

@@ -6,7 +6,12 @@ numbers and element type names only::
     {"abi": 1, "inputs": [{"dtype": "float32", "shape": [1, 3]}], "outputs": [...],
      "workspace_size": N, "weights_size": M,
      "weights": [{"offset": 0, "dtype": "float32", "shape": [3]}, ...],   (offset order)
-     "host_nodes": [{"index": i, "inputs": [...], "outputs": [...]}]}
+     "host_nodes": [{"index": i, "inputs": [...], "outputs": [...]}],
+     "steps": S}
+
+``steps`` -- the number of steps, i.e. the length of the ``step_seconds`` array that
+``ember_run_profiled`` writes -- came later within ABI 1: a library without it (or without
+``ember_run_profiled``) runs as before but cannot be profiled.
 
 The runtime sizes every buffer it hands to ``ember_run`` (inputs, outputs, weights, workspace,
 the views a host callback gets) from the manifest.  A manifest that says more or less than the
@@ -29,6 +34,9 @@ ABI_VERSION = 1
 STATUS_HOST_FAILED = 1
 STATUS_INDEX_OUT_OF_RANGE = 2
 MAX_SIGNATURE_BYTES = 64 << 20
+# More steps than this is no model ember builds: a bound on the timing array the runtime
+# allocates from the library's word.
+MAX_STEPS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class Signature:
     weights_size: int
     weights: tuple[tuple[int, TensorSpec], ...]  # (offset, spec) of every constant read
     host_nodes: tuple[HostNodeSignature, ...]
+    steps: int | None = None  # None: a library from before ember_run_profiled
 
 
 def parse_signature(text: bytes, source: str) -> Signature:
@@ -86,10 +95,17 @@ def _parse(data: object) -> Signature:
         spec = {key: value for key, value in item.items() if key != "offset"}
         weights.append((_size(item["offset"], f"weights[{i}].offset"),
                         tensor_spec(spec, f"weights[{i}]", named=False)))
+    steps = None
+    if "steps" in data:
+        steps = data["steps"]
+        if not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= steps <= MAX_STEPS:
+            raise SchemaError("steps", f"must be an integer in [0, {MAX_STEPS}]")
+        if any(node.index >= steps for node in host_nodes):
+            raise SchemaError("steps", "must exceed the index of every host node")
     return Signature(abi, _specs(data["inputs"], "inputs"), _specs(data["outputs"], "outputs"),
                      _size(data["workspace_size"], "workspace_size"),
                      _size(data["weights_size"], "weights_size"), tuple(weights),
-                     tuple(host_nodes))
+                     tuple(host_nodes), steps)
 
 
 def _list(value: object, where: str) -> list:

@@ -1,6 +1,7 @@
 """ONNX suite cases compiled with -fsanitize=address,undefined run cleanly.
 
-The generated C must be free of undefined behaviour and out-of-bounds accesses.  A child process
+The generated C must be free of undefined behaviour and out-of-bounds accesses (in
+``ember_run`` and in ``ember_run_profiled``, which the profiler calls).  A child process
 (with the ASan runtime preloaded, as a sanitized library inside a normal Python requires)
 compiles a broad selection of node cases with ``sanitize=True``, runs them and compares with
 the suite's expected outputs.  Any sanitizer report aborts the child, failing the test.
@@ -54,6 +55,7 @@ CHILD = textwrap.dedent("""
             outputs = module.run(feeds)
             compare_outputs(expected, [outputs[n] for n in module.output_names],
                             case.rtol, case.atol)
+            module.profile(feeds, repeat=1, warmup=0)  # ember_run_profiled, sanitized too
         ran += 1
     print("ran", ran)
 """)
