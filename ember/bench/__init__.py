@@ -9,6 +9,8 @@
 - :mod:`ember.bench.timing` -- interleaved rounds, medians, output agreement
 - :mod:`ember.bench.runner` -- one (model, batch) case against every peer
 - :mod:`ember.bench.report` -- the table, JSON and the bar chart
+- :mod:`ember.bench.ops` -- ``--ops``: the zoo's distinct Conv/MatMul/Gemm configurations,
+  each as a single-op model, against ONNX Runtime and torch's matmul (a subpackage)
 
 This is the top layer of ember (only the CLI sits above it): it may import any other part,
 and nothing but ``ember.cli`` imports it.  Heavy dependencies (torch, the peers, matplotlib)

@@ -3,6 +3,7 @@
     ember bench --quick                                  # tiny models, a couple of minutes
     ember bench --models resnet18 bert_base --batch 1 --json out.json --png out.png
     ember bench --batch 1 --exporter both --peers ember onnxruntime openvino
+    ember bench --models mlp bert_base --batch 1 16 --ops --peak   # each distinct heavy op
 
 ember/cli.py declares the subcommand through :func:`add_bench_parser`; this module imports
 nothing heavy at import time (torch, the runtimes and matplotlib load when the bench runs),
@@ -80,6 +81,15 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--omp-spin", action="store_true",
                         help="keep OpenMP's default active waiting for torch and ember "
                              "(default: OMP_WAIT_POLICY=PASSIVE, see benchmarks/README.md)")
+    parser.add_argument("--ops", action="store_true",
+                        help="instead of whole models, benchmark every distinct Conv / "
+                             "ConvTranspose / MatMul / Gemm configuration of the selected "
+                             "models as a single-op model: ember against ONNX Runtime and, for "
+                             "MatMul/Gemm, torch's matmul ('mkl'; dropped when --peers omits "
+                             "torch), sorted by count x ORT time")
+    parser.add_argument("--peak", action="store_true",
+                        help="with --ops: measure the fp32 FMA peak now and show ember's "
+                             "GFLOP/s as %% of it")
     parser.add_argument("--export-only", action="store_true",
                         help="only build and export the models; print which exporter worked")
     parser.add_argument("--refresh-exports", action="store_true",
@@ -144,6 +154,8 @@ def run_bench_command(args: argparse.Namespace, console: Console) -> int:
         records = export_zoo(entries, batches, exporters, settings, log)
         _wide(console).print(render_zoo_table(records))
         return 0
+    if args.ops:
+        return _run_ops(entries, batches, exporters, settings, args, console, log)
 
     peers, skipped_peers = select_peers(args.peers)
     for name, reason in skipped_peers.items():
@@ -248,6 +260,62 @@ def _report(results: list[CaseResult], peers: list[Peer], exporters: list[str],
     if args.png is not None:
         write_png(results, peers, exporters, settings, args.png)
         console.print(f"wrote {args.png}")
+
+
+# --------------------------------------------------------------------------- --ops
+
+
+def _run_ops(entries: Sequence[ZooEntry], batches: Sequence[int], exporters: Sequence[str],
+             settings: Settings, args: argparse.Namespace, console: Console, log: Log) -> int:
+    """``--ops``: export the models, pull out their distinct heavy ops and benchmark each
+    alone, then print and write the per-op report (ember.bench.ops)."""
+    from dataclasses import asdict
+
+    from ember.bench import ops
+    from ember.bench.ops.report import (ops_json, print_ops_problems, render_ops_table,
+                                        summary_line)
+    from ember.bench.peers import OnnxRuntimePeer
+    from ember.bench.report import write_json
+
+    reason = OnnxRuntimePeer().unavailable_reason()
+    if reason:
+        console.print(Text(f"--ops measures against ONNX Runtime, which cannot run here: "
+                           f"{reason}", style="red"))
+        return 2
+    records = export_zoo(entries, batches, exporters, settings, log)
+    for record in records:
+        if not record.ok:
+            first = (record.error or "").strip().splitlines()[:1]
+            console.print(Text(f"skipping {record.model} b{record.batch} {record.exporter}: "
+                               f"export failed: {first[0] if first else '?'}", style="yellow"))
+    usable = [record for record in records if record.ok]
+    extraction = ops.extract_configs((record.model, record.path) for record in usable)
+    log(f"{len(extraction.configs)} distinct configuration(s) in {len(usable)} export(s); "
+        f"{len(extraction.skipped)} node(s) skipped")
+    peak = None
+    if args.peak:
+        from ember.profile.peak import measure_fma_peak
+
+        peak, lanes = measure_fma_peak(settings.threads)
+        log(f"fp32 FMA peak, {settings.threads} thread(s), {lanes} lanes: {peak:.1f} GFLOP/s")
+    with_mkl = ops.torch_matmul_available() and (not args.peers or "torch" in args.peers)
+    with _thread_limits(settings.threads):
+        results = ops.run_ops(extraction.configs, settings, with_mkl=with_mkl, log=log)
+
+    wide = _wide(console)
+    note = (f" of {', '.join(entry.name for entry in entries)} (batch "
+            f"{' '.join(map(str, batches))}, {'+'.join(exporters)}"
+            f"{', tiny sizes' if settings.size == 'tiny' else ''})")
+    wide.print(render_ops_table(results, settings, peak, note))
+    wide.print(summary_line(results, extraction))
+    print_ops_problems(results, wide)
+    if args.json is not None:
+        write_json(ops_json(results, extraction, settings, [asdict(r) for r in records], peak,
+                            sys.argv), args.json)
+        wide.print(f"wrote {args.json}")
+    if args.png is not None:
+        wide.print(Text("--png draws whole-model results: no chart with --ops", style="yellow"))
+    return 0
 
 
 # --------------------------------------------------------------------------- --export-only

@@ -33,10 +33,11 @@ Inputs = Mapping[str, np.ndarray]
 @dataclass
 class Workload:
     """What a peer prepares: the zoo model (torch module, inputs) and, for ONNX peers, the
-    exported file of one exporter."""
+    exported file of one exporter.  ``built`` is None for a workload that only exists as an
+    ONNX file (``ember bench --ops``'s single-op models): the ONNX peers never read it."""
 
     model: str
-    built: BuiltModel
+    built: BuiltModel | None
     threads: int
     onnx_path: str | None = None
     exporter: str | None = None
@@ -85,6 +86,13 @@ class Peer:
 def _only(inputs: Inputs, names: list[str]) -> dict[str, np.ndarray]:
     """The inputs a model declares (an exporter may drop an input the graph never reads)."""
     return {name: inputs[name] for name in names}
+
+
+def _built(workload: Workload) -> BuiltModel:
+    if workload.built is None:
+        raise ValueError(f"{workload.model}: a torch peer needs the torch model, and this "
+                         f"workload is an ONNX file only")
+    return workload.built
 
 
 def _onnx_path(workload: Workload) -> str:
@@ -248,7 +256,7 @@ class TorchEagerPeer(Peer):
         import torch
 
         torch.set_num_threads(workload.threads)
-        return Prepared(_torch_runner(workload.built.module))
+        return Prepared(_torch_runner(_built(workload).module))
 
 
 class TorchCompilePeer(Peer):
@@ -275,10 +283,11 @@ class TorchCompilePeer(Peer):
         import torch
 
         torch.set_num_threads(workload.threads)
-        compiled = torch.compile(workload.built.module, backend="inductor", dynamic=False)
+        built = _built(workload)
+        compiled = torch.compile(built.module, backend="inductor", dynamic=False)
         run = _torch_runner(compiled)
         with torch.compiler.config.patch(force_disable_caches=workload.cold_compile):
-            run(workload.built.inputs)  # compiles
+            run(built.inputs)  # compiles
         return Prepared(run)
 
 

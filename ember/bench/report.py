@@ -201,9 +201,9 @@ def _none_if_nan(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value
 
 
-def results_json(results: Sequence[CaseResult], peers: Sequence[Peer], settings: Settings,
-                 skipped_peers: dict[str, str], skipped_models: dict[str, str],
-                 argv: Sequence[str] | None = None) -> dict[str, Any]:
+def run_header(settings: Settings, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """What every ``ember bench`` JSON starts with (whole models or ``--ops``): when, the
+    command, the machine, the settings, the environment that changes timings, versions."""
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": list(argv) if argv is not None else None,
@@ -215,11 +215,19 @@ def results_json(results: Sequence[CaseResult], peers: Sequence[Peer], settings:
         "environment": {name: os.environ.get(name) for name in
                         ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "HF_HUB_OFFLINE",
                          "EMBER_CACHE_DIR")},
+        "versions": _versions(),
+    }
+
+
+def results_json(results: Sequence[CaseResult], peers: Sequence[Peer], settings: Settings,
+                 skipped_peers: dict[str, str], skipped_models: dict[str, str],
+                 argv: Sequence[str] | None = None) -> dict[str, Any]:
+    return {
+        **run_header(settings, argv),
         "peers": {peer.name: {"label": peer.label, "version": peer.version()}
                   for peer in peers},
         "skipped_peers": skipped_peers,
         "skipped_models": skipped_models,
-        "versions": _versions(),
         "results": [_case_json(case) for case in results],
     }
 
