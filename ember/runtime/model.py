@@ -51,7 +51,7 @@ HostResolver = Callable[[HostNodeEntry], HostFunction]
 def aligned_empty(nbytes: int) -> np.ndarray:
     """A zeroed uint8 array of ``nbytes`` whose data pointer is 64-byte aligned."""
     raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % ALIGNMENT
+    offset = (-raw.__array_interface__["data"][0]) % ALIGNMENT
     return raw[offset:offset + nbytes]
 
 
@@ -79,6 +79,12 @@ class CompiledModel:
         self._weights = self._load_weights(artifact)
         self._host_nodes = self._resolve_host_nodes(host_resolver)
         self._workspace = _allocate(self.manifest.workspace_size, "workspace", self.path)
+        # Fixed for the model's life: computed once, not on every call.
+        self._weights_address = self._weights.ctypes.data
+        self._workspace_address = self._workspace.ctypes.data
+        self._input_pointers = ctypes.c_void_p * max(len(self.inputs), 1)
+        self._output_pointers = ctypes.c_void_p * max(len(self.outputs), 1)
+        self._input_dtypes = {spec.name: numpy_dtype(spec.dtype) for spec in self.inputs}
         self._host_error: BaseException | None = None
         self._host_callback = HOST_FN(self._on_host_call)
 
@@ -245,17 +251,22 @@ class CompiledModel:
               *extra: Any) -> None:
         """Call ``entry`` (ember_run or ember_run_profiled, then ``extra`` arguments) on the
         bound buffers; a non-zero status becomes the error it stands for."""
-        in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
-        out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
+        in_ptrs = self._input_pointers(*[a.ctypes.data for a in arrays])
+        out_ptrs = self._output_pointers(*[o.ctypes.data for o in outputs])
         with self._lock:
             self._host_error = None
-            status = entry(in_ptrs, out_ptrs, self._weights.ctypes.data,
-                           self._workspace.ctypes.data, self._host_callback, None, *extra)
+            status = entry(in_ptrs, out_ptrs, self._weights_address, self._workspace_address,
+                           self._host_callback, None, *extra)
             error, self._host_error = self._host_error, None
         if status != 0:
             raise self._status_error(status, error)
 
     def _input_array(self, spec: TensorSpec, value: Any) -> np.ndarray:
+        # the common case first: an exact, contiguous, aligned array is passed as it is
+        if type(value) is np.ndarray and value.dtype == self._input_dtypes[spec.name] and \
+                value.shape == spec.shape and value.flags.c_contiguous and \
+                value.ctypes.data % ALIGNMENT == 0:
+            return value
         dtype = numpy_dtype(spec.dtype)
         array = as_array(spec.name, value, spec.describe())
         check_array(spec.name, array, dtype, spec.shape)

@@ -251,3 +251,22 @@ def test_a_failed_compile_fails_every_waiting_call_and_is_retried(counted_builds
     monkeypatch.setattr(ember.api, "build_graph", failing)
     np.testing.assert_array_equal(module(x), x)
     assert len(counted_builds) == 2
+
+
+def test_repeated_calls_take_the_fast_path_without_losing_checks(add):
+    """Arrays of a (dtype, shape) seen before skip re-binding, not the checks: views that are
+    strided or misaligned are copied, and another dtype or shape is still refused."""
+    expected = X + Y
+    for model in add:
+        np.testing.assert_array_equal(model(X, Y), expected)
+        np.testing.assert_array_equal(model(X, Y), expected)  # the fast path
+        wide = np.zeros((2, 6), np.float32)
+        wide[:, ::2] = X  # a strided view with the same dtype and shape
+        np.testing.assert_array_equal(model(wide[:, ::2], Y), expected)
+        raw = np.zeros(X.size * 4 + 4, np.uint8)[4:].view(np.float32).reshape(2, 3)
+        raw[...] = X  # misaligned for the kernels' 64-byte assumption
+        np.testing.assert_array_equal(model(raw, Y), expected)
+        with pytest.raises(InputError, match="dtype float64"):
+            model(X.astype(np.float64), Y)
+        with pytest.raises(InputError):
+            model(np.zeros((3, 2), np.float32), Y)
