@@ -27,6 +27,7 @@ from ember.passes.fold_constants import fold_constants
 from ember.passes.fold_scale_bias import fold_scale_bias
 from ember.passes.fuse import fuse, op_has_compute
 from ember.passes.horizontal_fusion import fuse_horizontal
+from ember.passes.lower_conv_transpose import lower_conv_transpose
 from ember.passes.recognize_attention import recognize_attention
 from ember.passes.recognize_gelu import recognize_gelu
 from ember.passes.recognize_hard_swish import recognize_hard_swish
@@ -44,6 +45,7 @@ SIMPLIFY = graph_pass(simplify)
 CSE = graph_pass(eliminate_common_subexpressions)
 DCE = graph_pass(eliminate_dead_code)
 FOLD_BATCHNORM = graph_pass(fold_batchnorm)
+LOWER_CONV_TRANSPOSE = graph_pass(lower_conv_transpose)
 FOLD_SCALE_BIAS = graph_pass(fold_scale_bias)
 RECOGNIZE_SOFTMAX = graph_pass(recognize_softmax)
 RECOGNIZE_LAYER_NORM = graph_pass(recognize_layer_norm)
@@ -79,6 +81,9 @@ class Pipeline:
 
 CLEANUP = (
     FOLD_CONSTANTS,          # shape arithmetic, folded weights, Constant nodes
+    # ConvTranspose -> stride-1 Conv(s) + pixel interleave; after folding, which may be what
+    # makes its weights constant, and before the steps that tidy up what it adds
+    LOWER_CONV_TRANSPOSE,
     SIMPLIFY,                # no-op Reshape/Transpose/Cast/..., x*1, transpose pairs
     CSE,                     # one copy of each value (and of each constant)
     DCE,                     # what nothing reads any more
@@ -86,7 +91,7 @@ CLEANUP = (
 
 PIPELINES: dict[int, Pipeline] = {
     0: Pipeline("O0 (every node as imported, one kernel per node)", ()),
-    1: Pipeline("O1 (cleanup, fusion)", (*CLEANUP, FUSE)),
+    1: Pipeline("O1 (cleanup, ConvTranspose lowering, fusion)", (*CLEANUP, FUSE)),
     2: Pipeline("O2 (cleanup, folding into anchors, composites, horizontal fusion, "
                 "fusion)", (
         *CLEANUP,
