@@ -104,46 +104,60 @@ def micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int) -> str
 
 def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
     """Append the C of ``s`` to the kernel being emitted by ``em``."""
-    from ember.codegen.c import _Binding
-
     knobs = s.knobs
-    mr, nr, lanes = knobs.mr, knobs.nr, knobs.lanes
-    vectors = nr // lanes
-    kernels = {rows: micro_kernel(em.ctx.helpers, rows, vectors, lanes)
-               for rows in range(1, min(mr, s.m) + 1)}
-    panels = -(-s.n // nr)
-    blocks_m = -(-s.m // knobs.mc)
-    panels_per_task = knobs.nc // nr
-    blocks_n = -(-panels // panels_per_task)
     batch = 1
     for _, extent in s.batch:
         batch *= extent
-    tasks = batch * blocks_m * blocks_n
-    parallel = tasks > 1 and s.m * s.n * s.k * batch >= PARALLEL_WORK
-    fresh = em.names.fresh
-    out, a, b = em._buffer(s.out), em._buffer(s.a), em._buffer(s.b)
-    line = em.line
-    line(depth, f"{{ /* gemm {s.m}x{s.n}x{s.k}" + (f" x {batch}" if batch > 1 else "") +
-         f": tile {mr}x{nr}, kc {knobs.kc}, {tasks} task(s) of {knobs.mc}x{knobs.nc} */")
-    depth += 1
-    if s.pack is not None:
-        _emit_pack(em, s, depth, panels)
+    per_element = s.pack is not None and s.b_moves_with_batch
+    blocks = -(-s.m // knobs.mc) * -(-_panels(s) // (knobs.nc // knobs.nr))
+    em.line(depth, f"{{ /* gemm {s.m}x{s.n}x{s.k}" + (f" x {batch}" if batch > 1 else "") +
+            f": tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks of "
+            f"{knobs.mc}x{knobs.nc} */")
+    if per_element:
+        # B differs per batch element: pack and multiply one element at a time
+        bt = em.names.fresh("bt")
+        em.line(depth + 1, f"for (long {bt} = 0; {bt} < {batch}; ++{bt}) {{")
+        with _batch_bindings(em, s, bt, depth + 2):
+            _emit_pack(em, s, depth + 2)
+            _emit_tasks(em, s, depth + 2, blocks, None)
+        em.line(depth + 1, "}")
+    else:
+        if s.pack is not None:
+            with _batch_bindings(em, None, "0", depth + 1):
+                _emit_pack(em, s, depth + 1)
+        _emit_tasks(em, s, depth + 1, blocks * batch, blocks if s.batch else None)
+    em.line(depth, "}")
+
+
+def _panels(s: Gemm) -> int:
+    return -(-s.n // s.knobs.nr)
+
+
+def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
+                blocks_per_element: int | None) -> None:
+    """The parallel loop over tasks (blocks of rows x panels, and batch elements when
+    ``blocks_per_element`` is given: then the batch variables are decoded per task)."""
+    knobs = s.knobs
+    mr, nr, lanes = knobs.mr, knobs.nr, knobs.lanes
+    kernels = {rows: micro_kernel(em.ctx.helpers, rows, nr // lanes, lanes)
+               for rows in range(1, min(mr, s.m) + 1)}
+    panels = _panels(s)
+    blocks_m = -(-s.m // knobs.mc)
+    panels_per_task = knobs.nc // nr
+    blocks_n = -(-panels // panels_per_task)
+    fresh, line = em.names.fresh, em.line
     task = fresh("task")
-    if parallel:
+    if tasks > 1 and s.m * s.n * s.k * (tasks // (blocks_m * blocks_n)) >= PARALLEL_WORK:
         em.lines.extend(_OMP_FOR)
     line(depth, f"for (long {task} = 0; {task} < {tasks}; ++{task}) {{")
     inner = depth + 1
     bt, tm, tn = fresh("bt"), fresh("tm"), fresh("tn")
     line(inner, f"const long {bt} = {task} / {blocks_m * blocks_n}, "
                 f"{tm} = ({task} / {blocks_n}) % {blocks_m}, {tn} = {task} % {blocks_n};")
-    with _batch_bindings(em, s, bt, inner):
-        a_base, b_base, out_base = (em.exprs.expr(e) for e in (s.a_base, s.b_base, s.out_base))
-        if s.pack is not None:
-            copies = s.pack.shape[0]
-            b_panels = f"{em._buffer(s.pack)} + " + \
-                (f"{bt} * {panels * s.k * nr}" if copies > 1 else "0")
-        else:
-            b_panels = b
+    line(inner, f"(void){bt};")
+    with _batch_bindings(em, s if blocks_per_element else None, bt, inner):
+        a_base, out_base = (em.exprs.expr(e) for e in (s.a_base, s.out_base))
+        b_panels = em._buffer(s.pack) if s.pack is not None else em._buffer(s.b)
         i_lo, i_hi, p_lo, p_hi = fresh("i_lo"), fresh("i_hi"), fresh("p_lo"), fresh("p_hi")
         line(inner, f"const long {i_lo} = {tm} * {knobs.mc}, "
                     f"{i_hi} = {i_lo} + {knobs.mc} < {s.m} ? {i_lo} + {knobs.mc} : {s.m};")
@@ -163,8 +177,9 @@ def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
         line(inner + 2, f"for (long {i0} = {i_lo}; {i0} < {i_hi}; {i0} += {mr}) {{")
         body = inner + 3
         line(body, f"const long {rows} = {i_hi} - {i0} < {mr} ? {i_hi} - {i0} : {mr};")
-        line(body, f"float *{tile} = {out} + ({out_base}) + {i0} * {s.out_rs} + {j0};")
-        a_tile = f"{a} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"
+        line(body, f"float *{tile} = {em._buffer(s.out)} + ({out_base}) + {i0} * {s.out_rs} "
+                   f"+ {j0};")
+        a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"
         call = (f"({kc}, {a_tile}, {s.a_rs}, {s.a_cs}, {panel}, {tile}, {s.out_rs}, "
                 f"{pc} != 0, {cols});")
         if len(kernels) == 1:
@@ -181,34 +196,42 @@ def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
         for level in range(inner + 2, inner - 1, -1):
             line(level, "}")
     line(depth, "}")
-    line(depth - 1, "}")
 
 
-def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int, panels: int) -> None:
-    """Copy B into zero-padded panels of NR columns (one copy per batch element when B moves
-    with the batch)."""
+def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
+    """Gather B into zero-padded panels of NR columns: ``pack[p][k][q] = B(k, p*NR + q)``,
+    B's element (k, j) at ``b_base + walk_k(k) + walk_j(j)`` (each walk over its dims)."""
     fresh, line = em.names.fresh, em.line
-    nr = s.knobs.nr
-    copies = s.pack.shape[0]
-    t, bt, p, k, q, cols, src, dst = (fresh(n) for n in ("t", "bt", "p", "k", "q", "cols",
-                                                         "src", "dst"))
-    if copies * panels * s.k * nr >= PARALLEL_WORK:
+    nr, panels = s.knobs.nr, _panels(s)
+    p, q, kk, j, rest, offsets, src, dst = (fresh(n) for n in (
+        "p", "q", "kk", "j", "rest", "joff", "src", "dst"))
+    if panels * s.k * nr >= PARALLEL_WORK:
         em.lines.extend(_OMP_FOR)
-    line(depth, f"for (long {t} = 0; {t} < {copies * panels}; ++{t}) {{")
+    line(depth, f"for (long {p} = 0; {p} < {panels}; ++{p}) {{")
     inner = depth + 1
-    line(inner, f"const long {bt} = {t} / {panels}, {p} = {t} % {panels};")
-    with _batch_bindings(em, s if copies > 1 else None, bt, inner):
-        base = em.exprs.expr(s.b_base)
-        line(inner, f"const long {cols} = {s.n} - {p} * {nr} < {nr} ? {s.n} - {p} * {nr} : "
-                    f"{nr};")
-        line(inner, f"const float *{src} = {em._buffer(s.b)} + ({base}) + "
-                    f"{p} * {nr * s.b_cs};")
-        line(inner, f"float *{dst} = {em._buffer(s.pack)} + ({bt} * {panels} + {p}) * "
-                    f"{s.k * nr};")
-        line(inner, f"for (long {k} = 0; {k} < {s.k}; ++{k})")
-        line(inner + 1, f"for (long {q} = 0; {q} < {nr}; ++{q})")
-        line(inner + 2, f"{dst}[{k} * {nr} + {q}] = {q} < {cols} ? "
-                        f"{src}[{k} * {s.b_rs} + {q} * {s.b_cs}] : 0.0f;")
+    line(inner, f"long {offsets}[{nr}];  /* B offset of each column of the panel, -1: padding */")
+    line(inner, f"for (long {q} = 0; {q} < {nr}; ++{q}) {{")
+    line(inner + 1, f"const long {j} = {p} * {nr} + {q};")
+    line(inner + 1, f"long {rest} = {j}, off = 0;")
+    for extent, stride in reversed(s.b_j_dims):
+        line(inner + 1, f"off += ({rest} % {extent}) * {stride}; {rest} /= {extent};")
+    line(inner + 1, f"{offsets}[{q}] = {j} < {s.n} ? off : -1;")
+    line(inner, "}")
+    line(inner, f"const float *{src} = {em._buffer(s.b)} + ({em.exprs.expr(s.b_base)});")
+    line(inner, f"float *{dst} = {em._buffer(s.pack)} + {p} * {s.k * nr};")
+    line(inner, f"long {kk} = 0;")
+    k_vars = [fresh("k") for _ in s.b_k_dims]
+    for level, (var, (extent, _)) in enumerate(zip(k_vars, s.b_k_dims)):
+        line(inner + level, f"for (long {var} = 0; {var} < {extent}; ++{var}) {{")
+    body = inner + len(k_vars)
+    k_offset = " + ".join(f"{var} * {stride}" for var, (_, stride) in zip(k_vars, s.b_k_dims))
+    line(body, f"const float *row = {src} + {k_offset};")
+    line(body, f"for (long {q} = 0; {q} < {nr}; ++{q})")
+    line(body + 1, f"{dst}[{kk} * {nr} + {q}] = {offsets}[{q}] >= 0 ? "
+                   f"row[{offsets}[{q}]] : 0.0f;")
+    line(body, f"++{kk};")
+    for level in range(body - 1, inner - 1, -1):
+        line(level, "}")
     line(depth, "}")
 
 

@@ -48,6 +48,10 @@ MIN_GEMM_WORK = 1 << 12
 WORK_PER_TASK = 1 << 17
 MAX_TASKS = 32
 ROWS_PER_TASK = 96  # rows of A per task: a 96 x kc block of A stays in L2
+# Products with fewer rows do not pay for packing B at run time.
+MIN_ROWS_TO_PACK = 4
+# The most scratch a run-time packed (im2col) B may take.
+MAX_PACK_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -115,17 +119,25 @@ def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset
                           for s in others for n in walk(s))
         b_param = params.index(gemm.b) if gemm.b in params else -1
         if b_param in constant_params and not candidate.batch_b and not b_elsewhere \
-                and isinstance(gemm.b_base, Const):
+                and isinstance(gemm.b_base, Const) and gemm.b_is_matrix:
             packed = Buffer(f"{gemm.b.name}_packed", gemm.b.dtype,
                             (_panels(gemm), gemm.k, gemm.knobs.nr))
-            prepacks.append(Prepack(b_param, gemm.k, gemm.n, gemm.b_rs, gemm.b_cs,
-                                    int(gemm.b_base.value), gemm.knobs.nr))
+            (_, rs), = gemm.b_k_dims
+            (_, cs), = gemm.b_j_dims
+            prepacks.append(Prepack(b_param, gemm.k, gemm.n, rs, cs, int(gemm.b_base.value),
+                                    gemm.knobs.nr))
             params[b_param] = packed
             gemm = replace(gemm, b=packed, b_packed=True, b_base=Const(0, INDEX))
+        elif gemm.m < MIN_ROWS_TO_PACK:
+            # packing B at run time costs as much as a product with so few rows (a
+            # depthwise convolution: one row per channel) gains: keep the plain loops
+            out.extend(stmts[position:position + consumed])
+            position += consumed
+            continue
         else:
-            copies = math.prod(e for _, e in gemm.batch) if candidate.batch_b else 1
+            # one copy: B that moves with the batch is packed per batch element
             pack = Buffer(f"{func.name}_pack{len(out)}", gemm.b.dtype,
-                          (copies, _panels(gemm), gemm.k, gemm.knobs.nr))
+                          (1, _panels(gemm), gemm.k, gemm.knobs.nr))
             params.append(pack)
             scratch += 1
             gemm = replace(gemm, pack=pack)
@@ -260,32 +272,45 @@ def _to_gemm(p: _Product, target: Target) -> _Candidate | None:
     p = _substituted(p, zero)
     spatial = [(v, e) for v, e in p.spatial if e > 1]
     reduce = [(v, e) for v, e in p.reduce if e > 1]
-    indices = [p.out_index, p.lhs.index, p.rhs.index]
-    coeffs = [affine_coefficients(simplify(i)) for i in indices]
-    if any(c is None for c in coeffs):
+    coeffs = [affine_coefficients(simplify(i))
+              for i in (p.out_index, p.lhs.index, p.rhs.index)]
+    if any(c is None for c in coeffs) or not spatial or not reduce:
         return None
-    extras = [n for n in walk((p.init, p.finish)) if isinstance(n, Load)]
-    extra_coeffs = [affine_coefficients(simplify(n.index)) for n in extras]
-    pinned = {v for n, c in zip(extras, extra_coeffs) if c is None
-              for v in walk(n.index) if isinstance(v, Var)}
-    pinned |= {v for v in _free_vars((p.init, p.finish)) if not _only_in_loads(v, p)}
-    all_coeffs = coeffs + [c for c in extra_coeffs if c is not None]
-    spatial = _merge(spatial, all_coeffs, pinned)
-    reduce = _merge(reduce, all_coeffs, pinned)
-    if len(reduce) != 1 or not spatial:
-        return None
-    (k_var, k_ext), = reduce
     out_c, lhs_c, rhs_c = coeffs
-    j_var, n_ext = spatial[-1]
-    if out_c.get(j_var, 0) != 1 or out_c.get(k_var, 0):
-        return None
-    # B moves along j; A does not
+    # A is the operand that does not move along the innermost output loop
+    j_var = spatial[-1][0]
     if lhs_c.get(j_var, 0) and not rhs_c.get(j_var, 0):
         lhs_c, rhs_c = rhs_c, lhs_c
         a_load, b_load = p.rhs, p.lhs
     else:
         a_load, b_load = p.lhs, p.rhs
-    if lhs_c.get(j_var, 0) or not rhs_c.get(j_var, 0) or not lhs_c.get(k_var, 0):
+    extras = [n for n in walk((p.init, p.finish)) if isinstance(n, Load)]
+    extra_coeffs = [affine_coefficients(simplify(n.index)) for n in extras]
+    pinned = {v for n, c in zip(extras, extra_coeffs) if c is None
+              for v in walk(n.index) if isinstance(v, Var)}
+    pinned |= {v for v in _free_vars((p.init, p.finish)) if not _only_in_loads(v, p)}
+    epilogue_coeffs = [c for c in extra_coeffs if c is not None]
+    if any(out_c.get(v, 0) for v, _ in reduce):
+        return None
+    # 1. loops that every access walks as one merge (a batched matmul's leading dims)
+    spatial = _merge(spatial, [out_c, lhs_c, rhs_c, *epilogue_coeffs], pinned)
+    reduce = _merge(reduce, [out_c, lhs_c, rhs_c], pinned)
+    # 2. B is gathered by the packing, so it may walk the trailing output loops (those A
+    # does not move along) and the reduction loops in any affine way: a convolution's input
+    # along (output row, output column) and (channel, kernel row, kernel column) is im2col.
+    walks = {v: ((e, rhs_c.get(v, 0)),) for v, e in spatial + reduce}
+    tail = len(spatial)
+    while tail > 0 and not lhs_c.get(spatial[tail - 1][0], 0):
+        tail -= 1
+    spatial = spatial[:tail] + _merge(spatial[tail:], [out_c, lhs_c, *epilogue_coeffs],
+                                      pinned, walks)
+    reduce = _merge(reduce, [out_c, lhs_c], pinned, walks)
+    if len(reduce) != 1:
+        return None
+    (k_var, k_ext), = reduce
+    j_var, n_ext = spatial[-1]
+    b_k, b_j = _moves(walks[k_var]) or ((k_ext, 0),), _moves(walks[j_var])
+    if out_c.get(j_var, 0) != 1 or lhs_c.get(j_var, 0) or not b_j or not lhs_c.get(k_var, 0):
         return None
     others = spatial[:-1]
     rows = [(v, e) for v, e in others if lhs_c.get(v, 0) and not rhs_c.get(v, 0)]
@@ -296,9 +321,8 @@ def _to_gemm(p: _Product, target: Target) -> _Candidate | None:
         return None
     if not _one_to_one(out_c, [(i_var, m_ext), (j_var, n_ext)] + batch):
         return None
-    for v, _ in batch:   # an operand moving along a batch loop is fine; a reduction is not
-        if not out_c.get(v, 0):
-            return None
+    if any(not out_c.get(v, 0) for v, _ in batch):
+        return None  # a batch loop must move the output (else it would be a reduction)
     batch_vars = {v for v, _ in batch}
 
     def base(c: dict) -> Expr:
@@ -311,22 +335,30 @@ def _to_gemm(p: _Product, target: Target) -> _Candidate | None:
     result = p.result
     finish = p.finish
     if not (isinstance(p.init, Const) and p.init.value == 0):
-        start = Binary("add", p.init, result) if finish is None else None
-        finish = start if finish is None else substitute(finish, {
-            result: Binary("add", p.init, result)})
+        finish = Binary("add", p.init, result) if finish is None else substitute(
+            finish, {result: Binary("add", p.init, result)})
     row, col = Var(f"{i_var.name}", INDEX), Var(f"{j_var.name}", INDEX)
     if finish is not None:
         finish = simplify(_rebuild_loads(finish, dict(zip(extras, extra_coeffs)),
                                          {i_var: row, j_var: col}))
-        leftover = _free_vars(finish) - batch_vars - {row, col, result}
-        if leftover:
+        if _free_vars(finish) - batch_vars - {row, col, result}:
             return None
-    knobs = default_knobs(m_ext, n_ext, k_ext, math.prod(e for _, e in batch), target)
+    batch_b = any(rhs_c.get(v, 0) for v in batch_vars)
+    knobs = default_knobs(m_ext, n_ext, k_ext,
+                          1 if batch_b else math.prod(e for _, e in batch), target)
+    pack_bytes = 4 * -(-n_ext // knobs.nr) * knobs.nr * k_ext
+    if (len(b_k) > 1 or len(b_j) > 1) and pack_bytes > MAX_PACK_BYTES:
+        return None  # an im2col too large for scratch: the plain loops stream it instead
     stmt = Gemm(p.out, a_load.buffer, b_load.buffer, None, tuple(batch), m_ext, n_ext, k_ext,
                 base(out_c), base(lhs_c), base(rhs_c), out_c.get(i_var, 0),
-                lhs_c.get(i_var, 0), lhs_c[k_var], rhs_c[k_var], rhs_c[j_var], False,
+                lhs_c.get(i_var, 0), lhs_c[k_var], b_k, b_j, False,
                 row, col, result, finish, knobs)
-    return _Candidate(stmt, any(rhs_c.get(v, 0) for v in batch_vars))
+    return _Candidate(stmt, batch_b)
+
+
+def _moves(walk: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """A walk, or () when it does not move at all."""
+    return walk if any(stride for _, stride in walk) else ()
 
 
 def _substituted(p: _Product, mapping: dict) -> _Product:
@@ -350,10 +382,12 @@ def _only_in_loads(var: Var, p: _Product) -> bool:
     return var not in _free_vars(rewrite((p.init, p.finish), strip))
 
 
-def _merge(loops: list[tuple[Var, int]], coeffs: list[dict], pinned: set[Var]
-           ) -> list[tuple[Var, int]]:
-    """Merge adjacent loops that every access walks as one (``c[outer] == c[inner] *
-    extent(inner)``), rewriting the coefficient dicts in place to the merged variable."""
+def _merge(loops: list[tuple[Var, int]], coeffs: list[dict], pinned: set[Var],
+           walks: dict | None = None) -> list[tuple[Var, int]]:
+    """Merge adjacent loops that every access of ``coeffs`` walks as one (``c[outer] ==
+    c[inner] * extent(inner)``), rewriting the coefficient dicts in place to the merged
+    (inner) variable.  ``walks`` (B's (extent, stride) dims per loop, when B is gathered and
+    need not agree) get the merged loop's dims joined."""
     merged = list(loops)
     position = 0
     while position + 1 < len(merged):
@@ -362,10 +396,23 @@ def _merge(loops: list[tuple[Var, int]], coeffs: list[dict], pinned: set[Var]
                 all(c.get(outer, 0) == c.get(inner, 0) * ei for c in coeffs):
             for c in coeffs:
                 c.pop(outer, None)
+            if walks is not None:
+                walks[inner] = _combine(walks.pop(outer) + walks[inner])
             merged[position:position + 2] = [(inner, eo * ei)]
         else:
             position += 1
     return merged
+
+
+def _combine(dims: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """(extent, stride) dims, outer to inner, with adjacent ones that are one walk joined."""
+    out: list[tuple[int, int]] = []
+    for extent, stride in dims:
+        if out and out[-1][1] == stride * extent:
+            out[-1] = (out[-1][0] * extent, stride)
+        else:
+            out.append((extent, stride))
+    return tuple(out)
 
 
 def _one_to_one(coeffs: dict, loops: list[tuple[Var, int]]) -> bool:

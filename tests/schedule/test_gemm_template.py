@@ -111,7 +111,7 @@ def test_batched_matmul_of_two_inputs_packs_b_at_run_time(shared_b):
                     {"x": a, "z": b}, a.astype(np.float64) @ b)
     gemm, = _gemms(module)
     assert gemm.pack is not None and not gemm.b_packed
-    assert gemm.pack.shape[0] == (1 if shared_b else 6)
+    assert gemm.b_moves_with_batch == (not shared_b)  # then packed per batch element
 
 
 def test_pointwise_convolution_is_a_gemm_over_merged_pixels():
@@ -125,11 +125,45 @@ def test_pointwise_convolution_is_a_gemm_over_merged_pixels():
     assert gemm.n == 9 * 11  # H and W walk memory as one loop
 
 
+def _conv_reference(x, w, stride, pads, dilation):
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = (xp.shape[2] - dilation * (kh - 1) - 1) // stride + 1
+    ow = (xp.shape[3] - dilation * (kw - 1) - 1) // stride + 1
+    out = np.zeros((n, m, oh, ow))
+    for r in range(kh):
+        for q in range(kw):
+            patch = xp[:, :, r * dilation:r * dilation + stride * oh:stride,
+                       q * dilation:q * dilation + stride * ow:stride]
+            out += np.einsum("nchw,mc->nmhw", patch, w[:, :, r, q])
+    return out
+
+
+@pytest.mark.parametrize("batch,stride,pads,dilation", [(1, 1, [1, 1, 1, 1], 1),
+                                                        (2, 2, [1, 0, 2, 1], 1),
+                                                        (1, 1, [0, 0, 0, 0], 2)])
+def test_convolution_is_an_im2col_gemm_packed_at_run_time(batch, stride, pads, dilation):
+    x, w, bias = _randn(batch, 8, 13, 12), _randn(20, 8, 3, 3), _randn(20)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[3, 3],
+                              strides=[stride, stride], pads=pads,
+                              dilations=[dilation, dilation]),
+             helper.make_node("Relu", ["t"], ["y"])]
+    expected = np.maximum(_conv_reference(x, w, stride, pads, dilation) +
+                          bias[None, :, None, None], 0)
+    module = _check(_model(nodes, [("x", list(x.shape))], {"w": w, "b": bias}), {"x": x},
+                    expected)
+    gemm, = _gemms(module)
+    assert gemm.k == 8 * 9 and len(gemm.b_k_dims) > 1  # B gathered as im2col
+    assert gemm.finish is not None
+
+
 def test_products_that_are_not_gemms_keep_their_loops():
-    # a 3x3 convolution has three reduction loops: not a single-k product
-    x, w = _randn(1, 8, 12, 12), _randn(8, 8, 3, 3)
+    # a depthwise convolution pairs each output channel with one input channel: no shared
+    # reduction, so no matrix product
+    x, w = _randn(1, 8, 12, 12), _randn(8, 1, 3, 3)
     module = ember.compile(_model([helper.make_node("Conv", ["x", "w"], ["y"],
-                                                    kernel_shape=[3, 3])],
+                                                    kernel_shape=[3, 3], group=8)],
                                   [("x", list(x.shape))], {"w": w}))
     assert not _gemms(module)
 

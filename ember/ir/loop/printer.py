@@ -116,8 +116,11 @@ def format_stmt(s: Stmt, indent: str = "") -> str:
 
 def _format_gemm(s: Gemm, indent: str) -> str:
     batch = "".join(f"[{v.name} < {e}]" for v, e in s.batch)
+    def walk(dims) -> str:
+        return "(" + ", ".join(f"{e}:{stride}" for e, stride in dims) + ")"
     b_read = f"packed {s.b.name}" if s.b_packed else \
-        f"{s.b.name}[{_strip(format_expr(s.b_base))} + k*{s.b_rs} + j*{s.b_cs}]"
+        f"{s.b.name}[{_strip(format_expr(s.b_base))} + k{walk(s.b_k_dims)} + " \
+        f"j{walk(s.b_j_dims)}]"
     finish = _strip(format_expr(s.finish)) if s.finish is not None else s.result.name
     knobs = s.knobs
     return (f"{indent}gemm{batch} {s.m}x{s.n}x{s.k} "

@@ -114,6 +114,10 @@ class Gemm(Stmt):
     through its strides and packed at run time into ``pack`` (a scratch buffer), or, when
     ``b_packed``, it already is the packed layout (panels of ``knobs.nr`` columns: shape
     ``(ceil(n / nr), k, nr)``, zero padded), computed at compile time from a constant.
+    B's walk along ``k`` and along ``j`` may each span several loops, ``b_k_dims`` and
+    ``b_j_dims`` as (extent, stride) outer to inner: a convolution's input read as
+    ``(channel, kernel row, kernel column) x (output row, output column)`` is the im2col
+    matrix, which the run-time packing gathers panel by panel.
     ``finish`` is the value stored for each element, an expression of ``result`` (the sum),
     ``row``/``col`` (i, j) and the batch variables; None stores the sum itself.  The epilogue
     runs on each register tile right after it is stored, while it is in L1."""
@@ -132,14 +136,27 @@ class Gemm(Stmt):
     out_rs: int
     a_rs: int
     a_cs: int
-    b_rs: int
-    b_cs: int
+    b_k_dims: tuple[tuple[int, int], ...]
+    b_j_dims: tuple[tuple[int, int], ...]
     b_packed: bool
     row: Var
     col: Var
     result: Var
     finish: Expr | None
     knobs: GemmKnobs
+
+    @property
+    def b_is_matrix(self) -> bool:
+        """Whether B is a plain strided matrix (one loop along k, one along j)."""
+        return len(self.b_k_dims) == 1 and len(self.b_j_dims) == 1
+
+    @property
+    def b_moves_with_batch(self) -> bool:
+        """Whether B differs between batch elements (then it is packed per element)."""
+        from ember.ir.loop.functor import walk
+
+        batch = {v for v, _ in self.batch}
+        return any(n in batch for n in walk(self.b_base))
 
     @property
     def bound_vars(self) -> tuple[Var, ...]:

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ember.core.dtypes import DType
 from ember.core.errors import VerificationError
 from ember.ir.loop.buffer import Buffer
@@ -91,6 +93,10 @@ class _Checker:
             if s.finish.dtype != s.out.dtype:
                 raise self.fail(f"Gemm epilogue gives {s.finish.dtype}, the output is "
                                 f"{s.out.dtype}")
+        walks = (s.b_k_dims, s.b_j_dims)
+        if [math.prod(e for e, _ in dims) for dims in walks] != [s.k, s.n] or \
+                (s.b_packed and not s.b_is_matrix):
+            raise self.fail(f"Gemm B walk {walks} does not cover {s.k} x {s.n}")
         if min(s.m, s.n, s.k) < 1 or s.knobs.nr % s.knobs.lanes:
             raise self.fail(f"Gemm of {s.m}x{s.n}x{s.k} with tile {s.knobs}")
 
