@@ -166,9 +166,22 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
                     f"{p_lo} + {panels_per_task} : {panels};")
         pc, kc, p, i0, j0 = fresh("pc"), fresh("kc"), fresh("p"), fresh("i0"), fresh("j0")
         rows, cols, panel, tile = fresh("rows"), fresh("cols"), fresh("panel"), fresh("tile")
+        apack = fresh("apack")
+        if knobs.pack_a:
+            line(inner, f"float {apack}[{knobs.mc * knobs.kc}] __attribute__((aligned(64)));")
         line(inner, f"for (long {pc} = 0; {pc} < {s.k}; {pc} += {knobs.kc}) {{")
         line(inner + 1, f"const long {kc} = {s.k} - {pc} < {knobs.kc} ? {s.k} - {pc} : "
                         f"{knobs.kc};")
+        if knobs.pack_a:
+            # A's block, MR-row strips of kc steps each: the micro-kernel reads it in order
+            line(inner + 1, f"for (long r = {i_lo}; r < {i_hi}; ++r) {{")
+            line(inner + 2, f"float *strip = {apack} + ((r - {i_lo}) / {mr}) * {kc} * {mr} + "
+                            f"(r - {i_lo}) % {mr};")
+            line(inner + 2, f"const float *from = {em._buffer(s.a)} + ({a_base}) + "
+                            f"r * {s.a_rs} + {pc} * {s.a_cs};")
+            line(inner + 2, f"for (long k = 0; k < {kc}; ++k) strip[k * {mr}] = "
+                            f"from[k * {s.a_cs}];")
+            line(inner + 1, "}")
         line(inner + 1, f"for (long {p} = {p_lo}; {p} < {p_hi}; ++{p}) {{")
         line(inner + 2, f"const long {j0} = {p} * {nr}, "
                         f"{cols} = {s.n} - {j0} < {nr} ? {s.n} - {j0} : {nr};")
@@ -179,8 +192,12 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
         line(body, f"const long {rows} = {i_hi} - {i0} < {mr} ? {i_hi} - {i0} : {mr};")
         line(body, f"float *{tile} = {em._buffer(s.out)} + ({out_base}) + {i0} * {s.out_rs} "
                    f"+ {j0};")
-        a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"
-        call = (f"({kc}, {a_tile}, {s.a_rs}, {s.a_cs}, {panel}, {tile}, {s.out_rs}, "
+        if knobs.pack_a:
+            a_tile, a_rs, a_cs = f"{apack} + (({i0} - {i_lo}) / {mr}) * {kc} * {mr}", 1, mr
+        else:
+            a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"
+            a_rs, a_cs = s.a_rs, s.a_cs
+        call = (f"({kc}, {a_tile}, {a_rs}, {a_cs}, {panel}, {tile}, {s.out_rs}, "
                 f"{pc} != 0, {cols});")
         if len(kernels) == 1:
             line(body, f"{kernels[1]}{call}")

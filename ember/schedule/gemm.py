@@ -45,7 +45,7 @@ from ember.ir.loop.stmt import (Allocate, For, Gemm, GemmKnobs, PrimFunc, Seq, S
 # packing cost more than they save.
 MIN_GEMM_WORK = 1 << 12
 # Work (multiply-adds) per parallel task that pays for sharing among threads.
-WORK_PER_TASK = 1 << 17
+WORK_PER_TASK = 1 << 20
 MAX_TASKS = 32
 ROWS_PER_TASK = 96  # rows of A per task: a 96 x kc block of A stays in L2
 # Products with fewer rows do not pay for packing B at run time.
@@ -459,7 +459,13 @@ def register_tile(target: Target) -> tuple[int, int]:
 
 def default_knobs(m: int, n: int, k: int, batch: int, target: Target) -> GemmKnobs:
     """The default blocking for an ``m x n x k`` product (``batch`` times): the tuner searches
-    the same knobs."""
+    the same knobs.
+
+    Tasks: about one per ``WORK_PER_TASK`` multiply-adds (an even count, at most
+    ``MAX_TASKS``), cut along the dimension whose operand is cheaper to read again -- every
+    task reads its rows of A against its panels of B, so with few rows (an MLP, a batch-1
+    transformer) the columns are split and A is re-read, and with many rows the rows are.
+    """
     lanes = target.lanes_for(DType.FLOAT32)
     mr, vectors = register_tile(target)
     nr = vectors * lanes
@@ -471,10 +477,15 @@ def default_knobs(m: int, n: int, k: int, batch: int, target: Target) -> GemmKno
     tasks = max(1, min(MAX_TASKS, work // WORK_PER_TASK))
     if tasks > 1:
         tasks += tasks % 2
-    blocks_m = -(-m // ROWS_PER_TASK)
-    blocks_n = min(panels, max(1, -(-tasks // (batch * blocks_m))))
-    if batch * blocks_m * blocks_n < tasks:
-        blocks_m = min(micro_rows, -(-tasks // (batch * blocks_n)))
+    per_batch = max(1, -(-tasks // batch))
+    blocks_m = min(micro_rows, -(-m // ROWS_PER_TASK))
+    if m * k <= k * n:   # A is the smaller operand: split the columns first
+        blocks_n = min(panels, max(1, -(-per_batch // blocks_m)))
+        blocks_m = min(micro_rows, max(blocks_m, -(-per_batch // blocks_n)))
+    else:
+        blocks_m = min(micro_rows, max(blocks_m, per_batch))
+        blocks_n = min(panels, max(1, -(-per_batch // blocks_m)))
     mc = -(-micro_rows // blocks_m) * mr
     nc = -(-panels // blocks_n) * nr
-    return GemmKnobs(mr, nr, kc, mc, nc, lanes)
+    # copying A's block pays when enough panels reuse it
+    return GemmKnobs(mr, nr, kc, mc, nc, lanes, pack_a=nc // nr >= 4 and m > mr)

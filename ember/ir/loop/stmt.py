@@ -93,8 +93,10 @@ class Evaluate(Stmt):
 class GemmKnobs:
     """The tunable blocking of one :class:`Gemm`: a register tile of ``mr`` rows by ``nr``
     columns (``nr`` a multiple of the vector width), reduction blocks of ``kc`` terms (so a
-    ``kc x nr`` panel of B stays in L1 while the rows stream past it), and tasks of ``mc``
-    rows by ``nc`` columns shared among the threads."""
+    ``kc x nr`` panel of B stays in L1 while the rows stream past it), tasks of ``mc``
+    rows by ``nc`` columns shared among the threads, and whether each task first copies its
+    ``mc x kc`` block of A into ``mr``-row strips (``pack_a``: pays when many panels reuse
+    it)."""
 
     mr: int
     nr: int
@@ -102,6 +104,7 @@ class GemmKnobs:
     mc: int
     nc: int
     lanes: int
+    pack_a: bool = True
 
 
 @dataclass(frozen=True)
