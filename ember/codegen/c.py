@@ -43,6 +43,7 @@ from typing import Sequence
 
 from ember.core.target import Target
 from ember.codegen.c_expr import ExprEmitter, ModuleContext
+from ember.codegen.c_fast_math import SOURCE as FAST_MATH_SOURCE
 from ember.codegen.c_gemm import emit_gemm, gemm_buffers
 from ember.codegen.c_names import Names, c_comment, c_identifier
 from ember.codegen.c_types import CodegenError, compute_ctype, storage_ctype
@@ -147,6 +148,7 @@ def _prelude(target: Target, ctx: ModuleContext) -> str:
         "#ifdef _OPENMP\n#include <omp.h>\n#endif",
         '#define EMBER_EXPORT __attribute__((visibility("default")))',
         "",
+        FAST_MATH_SOURCE,
         "/* ---- vector types ---- */",
         *ctx.typedefs.values(),
         "",
