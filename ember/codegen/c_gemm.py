@@ -50,8 +50,8 @@ def vector_type(helpers: HelperSet, lanes: int) -> str:
 
 def micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int) -> str:
     """The ``rows x (vectors * lanes)`` micro-kernel: ``c (+)= a[rows x kc] * b[kc x nr]``
-    with ``b`` a packed panel (``nr`` floats per reduction step) and ``a`` read through its
-    strides.  ``accumulate`` adds to the tile in ``c`` (a later reduction block) instead of
+    with ``b`` a panel of ``nr`` contiguous floats per reduction step, ``b_rs`` apart (``nr``
+    when packed), and ``a`` read through its strides.  ``accumulate`` adds to the tile in ``c`` (a later reduction block) instead of
     starting from zero; only the first ``cols`` columns of ``c`` are read and written."""
     vec = vector_type(helpers, lanes)
     nr = vectors * lanes
@@ -63,7 +63,7 @@ def micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int) -> str
         lines = [
             f"static inline __attribute__((always_inline)) void {name}(",
             "    long kc, const float *restrict a, long a_rs, long a_cs,",
-            "    const float *restrict b, float *restrict c, long c_rs, int accumulate,",
+            "    const float *restrict b, long b_rs, float *restrict c, long c_rs, int accumulate,",
             "    long cols) {",
             f"  {vec} " + ", ".join(acc[r][v] + " = {0}" for r, v in every) + ";",
             "  if (accumulate) {",
@@ -79,7 +79,7 @@ def micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int) -> str
             "    }",
             "  }",
             "  for (long k = 0; k < kc; ++k) {",
-            *[f"    {vec} b{v}; __builtin_memcpy(&b{v}, b + k * {nr} + {v * lanes}, "
+            *[f"    {vec} b{v}; __builtin_memcpy(&b{v}, b + k * b_rs + {v * lanes}, "
               f"sizeof({vec}));" for v in range(vectors)],
             *[line for r in range(rows) for line in (
                 f"    const float a{r} = a[{r} * a_rs + k * a_cs];",
@@ -185,8 +185,20 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
         line(inner + 1, f"for (long {p} = {p_lo}; {p} < {p_hi}; ++{p}) {{")
         line(inner + 2, f"const long {j0} = {p} * {nr}, "
                         f"{cols} = {s.n} - {j0} < {nr} ? {s.n} - {j0} : {nr};")
-        line(inner + 2, f"const float *{panel} = {b_panels} + {p} * {s.k * nr} + "
-                        f"{pc} * {nr};")
+        b_row = fresh("b_row")
+        if s.b_direct:
+            full = s.n // nr
+            b_in_place = f"{em._buffer(s.b)} + ({em.exprs.expr(s.b_base)}) + {p} * {nr} + " \
+                f"{pc} * {s.b_k_dims[0][1]}"
+            packed = f"{b_panels} + ({p} - {full}) * {s.k * nr} + {pc} * {nr}" \
+                if s.pack is not None else b_in_place
+            line(inner + 2, f"const int in_place = {p} < {full};")
+            line(inner + 2, f"const float *{panel} = in_place ? {b_in_place} : {packed};")
+            line(inner + 2, f"const long {b_row} = in_place ? {s.b_k_dims[0][1]} : {nr};")
+        else:
+            line(inner + 2, f"const float *{panel} = {b_panels} + {p} * {s.k * nr} + "
+                            f"{pc} * {nr};")
+            line(inner + 2, f"const long {b_row} = {nr};")
         line(inner + 2, f"for (long {i0} = {i_lo}; {i0} < {i_hi}; {i0} += {mr}) {{")
         body = inner + 3
         line(body, f"const long {rows} = {i_hi} - {i0} < {mr} ? {i_hi} - {i0} : {mr};")
@@ -197,7 +209,7 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
         else:
             a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"
             a_rs, a_cs = s.a_rs, s.a_cs
-        call = (f"({kc}, {a_tile}, {a_rs}, {a_cs}, {panel}, {tile}, {s.out_rs}, "
+        call = (f"({kc}, {a_tile}, {a_rs}, {a_cs}, {panel}, {b_row}, {tile}, {s.out_rs}, "
                 f"{pc} != 0, {cols});")
         if len(kernels) == 1:
             line(body, f"{kernels[1]}{call}")
@@ -220,11 +232,12 @@ def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
     B's element (k, j) at ``b_base + walk_k(k) + walk_j(j)`` (each walk over its dims)."""
     fresh, line = em.names.fresh, em.line
     nr, panels = s.knobs.nr, _panels(s)
+    first = panels - 1 if s.b_direct else 0   # read in place: only the partial last panel
     p, q, kk, j, rest, offsets, src, dst = (fresh(n) for n in (
         "p", "q", "kk", "j", "rest", "joff", "src", "dst"))
-    if panels * s.k * nr >= PARALLEL_WORK:
+    if (panels - first) * s.k * nr >= PARALLEL_WORK:
         em.lines.extend(_OMP_FOR)
-    line(depth, f"for (long {p} = 0; {p} < {panels}; ++{p}) {{")
+    line(depth, f"for (long {p} = {first}; {p} < {panels}; ++{p}) {{")
     inner = depth + 1
     line(inner, f"long {offsets}[{nr}];  /* B offset of each column of the panel, -1: padding */")
     line(inner, f"for (long {q} = 0; {q} < {nr}; ++{q}) {{")
@@ -235,7 +248,7 @@ def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
     line(inner + 1, f"{offsets}[{q}] = {j} < {s.n} ? off : -1;")
     line(inner, "}")
     line(inner, f"const float *{src} = {em._buffer(s.b)} + ({em.exprs.expr(s.b_base)});")
-    line(inner, f"float *{dst} = {em._buffer(s.pack)} + {p} * {s.k * nr};")
+    line(inner, f"float *{dst} = {em._buffer(s.pack)} + ({p} - {first}) * {s.k * nr};")
     line(inner, f"long {kk} = 0;")
     k_vars = [fresh("k") for _ in s.b_k_dims]
     for level, (var, (extent, _)) in enumerate(zip(k_vars, s.b_k_dims)):

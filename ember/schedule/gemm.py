@@ -135,12 +135,17 @@ def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset
             position += consumed
             continue
         else:
-            # one copy: B that moves with the batch is packed per batch element
-            pack = Buffer(f"{func.name}_pack{len(out)}", gemm.b.dtype,
-                          (1, _panels(gemm), gemm.k, gemm.knobs.nr))
-            params.append(pack)
-            scratch += 1
-            gemm = replace(gemm, pack=pack)
+            # B with contiguous rows is read in place but for its partial last panel; any
+            # other B is gathered into panels (per batch element when it moves with them)
+            direct = gemm.b_is_matrix and gemm.b_j_dims[0][1] == 1
+            panels = (1 if gemm.n % gemm.knobs.nr else 0) if direct else _panels(gemm)
+            if panels:
+                pack = Buffer(f"{func.name}_pack{len(out)}", gemm.b.dtype,
+                              (1, panels, gemm.k, gemm.knobs.nr))
+                params.append(pack)
+                scratch += 1
+                gemm = replace(gemm, pack=pack)
+            gemm = replace(gemm, b_direct=direct)
         out.append(gemm)
         position += consumed
     if not any(isinstance(s, Gemm) for s in out):

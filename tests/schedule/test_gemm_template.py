@@ -103,15 +103,18 @@ def test_residual_epilogue_reads_its_own_tile_position():
 
 
 @pytest.mark.parametrize("shared_b", [False, True])
-def test_batched_matmul_of_two_inputs_packs_b_at_run_time(shared_b):
+@pytest.mark.parametrize("n", [35, 32])
+def test_batched_matmul_of_two_inputs_reads_b_in_place(shared_b, n):
     a = _randn(3, 2, 29, 40)
-    b = _randn(40, 35) if shared_b else _randn(3, 2, 40, 35)
+    b = _randn(40, n) if shared_b else _randn(3, 2, 40, n)
     module = _check(_model([helper.make_node("MatMul", ["x", "z"], ["y"])],
                            [("x", list(a.shape)), ("z", list(b.shape))], {}),
                     {"x": a, "z": b}, a.astype(np.float64) @ b)
     gemm, = _gemms(module)
-    assert gemm.pack is not None and not gemm.b_packed
-    assert gemm.b_moves_with_batch == (not shared_b)  # then packed per batch element
+    assert gemm.b_direct and not gemm.b_packed
+    # only a partial last panel is copied (per batch element when B moves with the batch)
+    assert (gemm.pack is not None) == (n % gemm.knobs.nr != 0)
+    assert gemm.b_moves_with_batch == (not shared_b)
 
 
 def test_pointwise_convolution_is_a_gemm_over_merged_pixels():

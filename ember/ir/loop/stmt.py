@@ -147,6 +147,9 @@ class Gemm(Stmt):
     result: Var
     finish: Expr | None
     knobs: GemmKnobs
+    # B is a matrix with contiguous rows (its j stride is 1): full panels are read in place,
+    # only the last, narrower one (if any) is copied into ``pack``
+    b_direct: bool = False
 
     @property
     def b_is_matrix(self) -> bool:

@@ -83,7 +83,12 @@ class _Checker:
     def gemm(self, s: Gemm, scope: set, buffers: set) -> None:
         for buffer in (s.out, s.a, s.b) + ((s.pack,) if s.pack is not None else ()):
             self._buffer(buffer, buffers)
-        if s.b_packed == (s.pack is not None):
+        if s.b_direct:
+            if s.b_packed or not s.b_is_matrix or s.b_j_dims[0][1] != 1 or \
+                    (s.pack is not None) != (s.n % s.knobs.nr != 0):
+                raise self.fail("a Gemm reading B in place needs contiguous rows, and scratch "
+                                "exactly for a partial last panel")
+        elif s.b_packed == (s.pack is not None):
             raise self.fail("a Gemm reads B either pre-packed or packs it into scratch")
         inner = scope | set(v for v, _ in s.batch)
         for base in (s.out_base, s.a_base, s.b_base):
