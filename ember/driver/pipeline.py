@@ -118,6 +118,7 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     """Compile ``graph`` for the given input shapes (required for dynamic dims)."""
     from ember.codegen.c import CModule, generate_c, kernel_symbol
     from ember.schedule.default import default_schedule
+    from ember.schedule.hoist import hoist_invariant_divisions
     from ember.toolchain.compiler import build_library
 
     options = options or BuildOptions()
@@ -147,7 +148,8 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
             with _internal_errors(f"scheduling kernel {impl.index} ({_members(impl)})"):
                 if options.opt_level >= 1:
                     _use_gemm_template(g, impl, options.target)
-                impl.func = default_schedule(impl.func, options.target)
+                impl.func = hoist_invariant_divisions(default_schedule(impl.func,
+                                                                      options.target))
 
     with _internal_errors("planning memory and generating the entry point"):
         used_constants = _used_constants(g, impls)

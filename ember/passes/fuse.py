@@ -19,6 +19,8 @@ When fusing does not pay, it is not done:
 * nothing fuses *into* an anchor (matmul, conv) as a prologue: its operands are read many
   times per output element, so an inlined producer would be recomputed that many times;
   anchors start their own group and take epilogues only, of their own output shape;
+* a Pad is not a prologue of a pool either (a window reads each element several times, and
+  the padding was made explicit so that the pool needs no bounds tests);
 * a value with several readers is not fused into any one of them by the epilogue rule (the
   value must be written for the others anyway); a group that feeds several groups stays a
   kernel of its own;
@@ -131,6 +133,8 @@ class _Fusion:
                     continue
             elif kind not in _CHAIN_KINDS + (PatternKind.REDUCTION,):
                 continue
+            elif _pads_a_pool(group.nodes, [node]):
+                continue
             if self._would_cycle(group, [node]):
                 continue
             return group
@@ -155,6 +159,8 @@ class _Fusion:
 
     def _can_move_into(self, producer: _Group, consumer: _Group) -> bool:
         if producer.opaque or producer.has(PatternKind.ANCHOR, self.kinds):
+            return False
+        if _pads_a_pool(producer.nodes, consumer.nodes):
             return False
         for name in self._outputs_of(producer):
             outside = [r for r in self._readers_of(name) if self.group_of[id(r)] is not producer]
@@ -291,3 +297,10 @@ def _describe(graph: Graph, nodes: list[Node], readers: dict[str, list[Node]],
         if ranked and kinds[id(ranked[0])] in (PatternKind.ANCHOR, PatternKind.REDUCTION):
             master = ranked[0].name
     return FusedGroup(list(nodes), inputs, outputs, master)
+
+
+def _pads_a_pool(producers: list[Node], consumers: list[Node]) -> bool:
+    """Whether fusing would put a Pad inside a pool: a window reads each element several
+    times, and the padding was made explicit so that the pool needs no bounds tests."""
+    return any(n.op == "Pad" for n in producers) and \
+        any(get_op(n.op) is not None and get_op(n.op).family == "pool" for n in consumers)

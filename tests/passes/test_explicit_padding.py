@@ -1,7 +1,8 @@
 """Making convolution padding explicit (ember/passes/explicit_padding.py): a Conv with ``pads``
 becomes Pad + Conv computing the same values (reference executor before the pass, and ONNX
 Runtime, are the oracles); auto_pad convolutions, unpadded ones and ones of unknown input
-shape are left alone."""
+shape are left alone.  A MaxPool's padding becomes a Pad with -inf, where the pool cannot
+tell the difference."""
 
 from __future__ import annotations
 
@@ -148,4 +149,38 @@ def test_every_padded_conv_of_a_graph_is_rewritten():
     assert [n.op for n in rewritten.nodes] == ["Pad", "Conv", "Conv", "Pad", "Conv"]
     # fresh names: the two Pads and their pads constants do not collide
     assert len({n.outputs[0] for n in rewritten.nodes}) == 5
-    assert len(rewritten.constants) == 5
+    assert len(rewritten.constants) == 7  # 3 weights, 2 x (pads, pad value)
+
+
+def _pool_model(attrs, outputs=("y",)):
+    graph = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], list(outputs), name="pool", **attrs)], "pool",
+        [helper.make_tensor_value_info("x", F32, [2, 3, 9, 8])],
+        [helper.make_tensor_value_info(o, F32 if o == "y" else TensorProto.INT64, None)
+         for o in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=10)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 2], "pads": [2, 0, 0, 1], "dilations": [1, 2]},
+])
+def test_max_pool_padding_becomes_a_pad_with_minus_infinity(attrs):
+    x = RNG.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    x[1, 1] = -np.inf  # an all -inf window is still -inf
+    _, rewritten, changed = _rewrite_and_compare(_pool_model(attrs), x)
+    assert changed == 1 and [n.op for n in rewritten.nodes] == ["Pad", "MaxPool"]
+    value = rewritten.constants[rewritten.nodes[0].inputs[2]]
+    assert value.dtype == np.float32 and value == -np.inf
+
+
+@pytest.mark.parametrize("attrs,outputs", [
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+     ("y",)),
+    ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, ("y", "i")),
+])
+def test_max_pools_that_could_tell_are_untouched(attrs, outputs):
+    rewritten = import_onnx(_pool_model(attrs, outputs))
+    assert make_padding_explicit(rewritten) == 0
+    assert [n.op for n in rewritten.nodes] == ["MaxPool"]
