@@ -167,12 +167,13 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
         pc, kc, p, i0, j0 = fresh("pc"), fresh("kc"), fresh("p"), fresh("i0"), fresh("j0")
         rows, cols, panel, tile = fresh("rows"), fresh("cols"), fresh("panel"), fresh("tile")
         apack = fresh("apack")
-        if knobs.pack_a:
+        pack_a = knobs.pack_a and not s.a_packed
+        if pack_a:
             line(inner, f"float {apack}[{knobs.mc * knobs.kc}] __attribute__((aligned(64)));")
         line(inner, f"for (long {pc} = 0; {pc} < {s.k}; {pc} += {knobs.kc}) {{")
         line(inner + 1, f"const long {kc} = {s.k} - {pc} < {knobs.kc} ? {s.k} - {pc} : "
                         f"{knobs.kc};")
-        if knobs.pack_a:
+        if pack_a:
             # A's block, MR-row strips of kc steps each: the micro-kernel reads it in order
             line(inner + 1, f"for (long r = {i_lo}; r < {i_hi}; ++r) {{")
             line(inner + 2, f"float *strip = {apack} + ((r - {i_lo}) / {mr}) * {kc} * {mr} + "
@@ -204,7 +205,10 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
         line(body, f"const long {rows} = {i_hi} - {i0} < {mr} ? {i_hi} - {i0} : {mr};")
         line(body, f"float *{tile} = {em._buffer(s.out)} + ({out_base}) + {i0} * {s.out_rs} "
                    f"+ {j0};")
-        if knobs.pack_a:
+        if s.a_packed:  # strips packed at compile time (i0 is a multiple of MR)
+            a_tile = f"{em._buffer(s.a)} + ({i0} / {mr}) * {s.k * mr} + {pc} * {mr}"
+            a_rs, a_cs = 1, mr
+        elif pack_a:
             a_tile, a_rs, a_cs = f"{apack} + (({i0} - {i_lo}) / {mr}) * {kc} * {mr}", 1, mr
         else:
             a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"

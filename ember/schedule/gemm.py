@@ -117,6 +117,19 @@ def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset
         others = stmts[:position] + stmts[position + consumed:]
         b_elsewhere = any(isinstance(n, (Load, Store)) and n.buffer == gemm.b
                           for s in others for n in walk(s))
+        a_param = params.index(gemm.a) if gemm.a in params else -1
+        a_elsewhere = any(isinstance(n, (Load, Store)) and n.buffer == gemm.a
+                          for s in others for n in walk(s))
+        if a_param in constant_params and not a_elsewhere and gemm.a != gemm.b and \
+                isinstance(gemm.a_base, Const) and gemm.m > 1:
+            # a constant A (a convolution's weights) in MR-row strips: the transposed
+            # matrix packed like B, panels of MR "columns"
+            mr = gemm.knobs.mr
+            strips = Buffer(f"{gemm.a.name}_strips", gemm.a.dtype, (-(-gemm.m // mr), gemm.k, mr))
+            prepacks.append(Prepack(a_param, gemm.k, gemm.m, gemm.a_cs, gemm.a_rs,
+                                    int(gemm.a_base.value), mr))
+            params[a_param] = strips
+            gemm = replace(gemm, a=strips, a_packed=True, a_base=Const(0, INDEX))
         b_param = params.index(gemm.b) if gemm.b in params else -1
         if b_param in constant_params and not candidate.batch_b and not b_elsewhere \
                 and isinstance(gemm.b_base, Const) and gemm.b_is_matrix:

@@ -167,8 +167,8 @@ def _pool_model(attrs, outputs=("y",)):
     {"kernel_shape": [3, 2], "pads": [2, 0, 0, 1], "dilations": [1, 2]},
 ])
 def test_max_pool_padding_becomes_a_pad_with_minus_infinity(attrs):
-    # (random values only: ONNX Runtime's pools differ from ember's reference on NaN and
-    # all -inf windows, which the reference before/after comparison covers alike)
+    # (random values only: ONNX Runtime's pools differ from the reference on NaN and
+    # all -inf windows)
     x = RNG.standard_normal((2, 3, 9, 8)).astype(np.float32)
     _, rewritten, changed = _rewrite_and_compare(_pool_model(attrs), x)
     assert changed == 1 and [n.op for n in rewritten.nodes] == ["Pad", "MaxPool"]

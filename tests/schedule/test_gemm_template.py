@@ -158,6 +158,7 @@ def test_convolution_is_an_im2col_gemm_packed_at_run_time(batch, stride, pads, d
                     expected)
     gemm, = _gemms(module)
     assert gemm.k == 8 * 9 and len(gemm.b_k_dims) > 1  # B gathered as im2col
+    assert gemm.a_packed  # the weights, in MR-row strips since compile time
     assert gemm.finish is not None
 
 

@@ -122,11 +122,12 @@ def _format_gemm(s: Gemm, indent: str) -> str:
         f"{s.b.name}[{_strip(format_expr(s.b_base))} + k{walk(s.b_k_dims)} + " \
         f"j{walk(s.b_j_dims)}]"
     finish = _strip(format_expr(s.finish)) if s.finish is not None else s.result.name
+    a_read = f"packed {s.a.name}" if s.a_packed else \
+        f"{s.a.name}[{_strip(format_expr(s.a_base))} + i*{s.a_rs} + k*{s.a_cs}]"
     knobs = s.knobs
     return (f"{indent}gemm{batch} {s.m}x{s.n}x{s.k} "
             f"(tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks {knobs.mc}x{knobs.nc}) {{\n"
-            f"{indent}  {s.result.name} = sum_k {s.a.name}[{_strip(format_expr(s.a_base))} + "
-            f"i*{s.a_rs} + k*{s.a_cs}] * {b_read}\n"
+            f"{indent}  {s.result.name} = sum_k {a_read} * {b_read}\n"
             f"{indent}  {s.out.name}[{_strip(format_expr(s.out_base))} + i*{s.out_rs} + j] = "
             f"{finish}   (i = {s.row.name}, j = {s.col.name})\n{indent}}}")
 

@@ -150,6 +150,9 @@ class Gemm(Stmt):
     # B is a matrix with contiguous rows (its j stride is 1): full panels are read in place,
     # only the last, narrower one (if any) is copied into ``pack``
     b_direct: bool = False
+    # A is a constant packed at compile time into strips of ``knobs.mr`` rows, shape
+    # ``(ceil(m / mr), k, mr)`` (a convolution's weights): no run-time copy of A at all
+    a_packed: bool = False
 
     @property
     def b_is_matrix(self) -> bool:
