@@ -3,8 +3,10 @@
 glibc's ``expf``/``tanhf``/``erff`` are accurate but opaque calls: a loop that calls them stays
 scalar, and softmax, GELU, SiLU or a tanh activation then run far below memory speed.  The
 functions here are ``static inline`` and branch-free (every choice is a conditional
-expression, the power of two is built from the exponent bits), so once inlined GCC and Clang
-vectorize the loop around them with the target's SIMD width.  NaN propagates, infinities and
+expression between values computed on every path, the power of two is built from the
+exponent bits), so once inlined GCC and Clang vectorize the loop around them with the
+target's SIMD width (a call inside one arm of a conditional is control flow, and kept the
+loop scalar).  NaN propagates, infinities and
 overflow give what IEEE 754 says, and the results stay within a few ulp:
 
     em_expf      Cody-Waite reduction r = x - n ln 2 (ln 2 in two parts), Cephes' degree-6
@@ -89,7 +91,8 @@ static inline float em_erff(float x) {{
   const float a = fabsf(x), z = x * x;
   const float small = x * {_horner(_ERF_SMALL, "z")};
   const float q = {_horner(_ERFC_SCALED, "a")};
-  const float big = copysignf(a < 3.925f ? 1.0f - em_expf(-z) * q : 1.0f, x);
+  const float tail = 1.0f - em_expf(-z) * q;  /* computed always: selects, not branches */
+  const float big = copysignf(a < 3.925f ? tail : 1.0f, x);
   return a < 1.0f ? small : (x == x ? big : x);
 }}
 
