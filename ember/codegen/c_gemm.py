@@ -108,7 +108,8 @@ def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
     batch = 1
     for _, extent in s.batch:
         batch *= extent
-    per_element = s.pack is not None and s.b_moves_with_batch
+    # B differs per batch element and its copies do not all fit the scratch: one at a time
+    per_element = s.pack is not None and s.b_moves_with_batch and s.pack.shape[0] == 1
     blocks = -(-s.m // knobs.mc) * -(-_panels(s) // (knobs.nc // knobs.nr))
     em.line(depth, f"{{ /* gemm {s.m}x{s.n}x{s.k}" + (f" x {batch}" if batch > 1 else "") +
             f": tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks of "
@@ -123,8 +124,7 @@ def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
         em.line(depth + 1, "}")
     else:
         if s.pack is not None:
-            with _batch_bindings(em, None, "0", depth + 1):
-                _emit_pack(em, s, depth + 1)
+            _emit_pack(em, s, depth + 1, copies=s.pack.shape[0])
         _emit_tasks(em, s, depth + 1, blocks * batch, blocks if s.batch else None)
     em.line(depth, "}")
 
@@ -158,6 +158,8 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     with _batch_bindings(em, s if blocks_per_element else None, bt, inner):
         a_base, out_base = (em.exprs.expr(e) for e in (s.a_base, s.out_base))
         b_panels = em._buffer(s.pack) if s.pack is not None else em._buffer(s.b)
+        if s.pack is not None and s.pack.shape[0] > 1:  # this batch element's panels
+            b_panels = f"({b_panels} + {bt} * {s.pack.shape[1] * s.k * nr})"
         i_lo, i_hi, p_lo, p_hi = fresh("i_lo"), fresh("i_hi"), fresh("p_lo"), fresh("p_hi")
         line(inner, f"const long {i_lo} = {tm} * {knobs.mc}, "
                     f"{i_hi} = {i_lo} + {knobs.mc} < {s.m} ? {i_lo} + {knobs.mc} : {s.m};")
@@ -231,18 +233,31 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     line(depth, "}")
 
 
-def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
+def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int, copies: int = 1) -> None:
     """Gather B into zero-padded panels of NR columns: ``pack[p][k][q] = B(k, p*NR + q)``,
-    B's element (k, j) at ``b_base + walk_k(k) + walk_j(j)`` (each walk over its dims)."""
+    B's element (k, j) at ``b_base + walk_k(k) + walk_j(j)`` (each walk over its dims); with
+    ``copies`` > 1, one set of panels per batch element, all in one parallel loop."""
     fresh, line = em.names.fresh, em.line
     nr, panels = s.knobs.nr, _panels(s)
     first = panels - 1 if s.b_direct else 0   # read in place: only the partial last panel
-    p, q, kk, j, rest, offsets, src, dst = (fresh(n) for n in (
-        "p", "q", "kk", "j", "rest", "joff", "src", "dst"))
-    if (panels - first) * s.k * nr >= PARALLEL_WORK:
+    count = panels - first
+    t, bt, p, q, kk, j, rest, offsets, src, dst = (fresh(n) for n in (
+        "t", "bt", "p", "q", "kk", "j", "rest", "joff", "src", "dst"))
+    if copies * count * s.k * nr >= PARALLEL_WORK:
         em.lines.extend(_OMP_FOR)
-    line(depth, f"for (long {p} = {first}; {p} < {panels}; ++{p}) {{")
-    inner = depth + 1
+    line(depth, f"for (long {t} = 0; {t} < {copies * count}; ++{t}) {{")
+    line(depth + 1, f"const long {bt} = {t} / {count}, {p} = {first} + {t} % {count};")
+    line(depth + 1, f"(void){bt};")
+    with _batch_bindings(em, s if copies > 1 else None, bt, depth + 1):
+        _emit_pack_panel(em, s, depth + 1, p, bt, first, (q, kk, j, rest, offsets, src, dst))
+    line(depth, "}")
+
+
+def _emit_pack_panel(em: "_KernelEmitter", s: Gemm, inner: int, p: str, bt: str, first: int,
+                     names: tuple[str, ...]) -> None:
+    fresh, line = em.names.fresh, em.line
+    nr, count = s.knobs.nr, _panels(s) - first
+    q, kk, j, rest, offsets, src, dst = names
     line(inner, f"long {offsets}[{nr}];  /* B offset of each column of the panel, -1: padding */")
     line(inner, f"for (long {q} = 0; {q} < {nr}; ++{q}) {{")
     line(inner + 1, f"const long {j} = {p} * {nr} + {q};")
@@ -252,7 +267,8 @@ def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
     line(inner + 1, f"{offsets}[{q}] = {j} < {s.n} ? off : -1;")
     line(inner, "}")
     line(inner, f"const float *{src} = {em._buffer(s.b)} + ({em.exprs.expr(s.b_base)});")
-    line(inner, f"float *{dst} = {em._buffer(s.pack)} + ({p} - {first}) * {s.k * nr};")
+    line(inner, f"float *{dst} = {em._buffer(s.pack)} + ({bt} * {count} + {p} - {first}) * "
+                f"{s.k * nr};")
     line(inner, f"long {kk} = 0;")
     k_vars = [fresh("k") for _ in s.b_k_dims]
     for level, (var, (extent, _)) in enumerate(zip(k_vars, s.b_k_dims)):
@@ -266,7 +282,6 @@ def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
     line(body, f"++{kk};")
     for level in range(body - 1, inner - 1, -1):
         line(level, "}")
-    line(depth, "}")
 
 
 class _batch_bindings:

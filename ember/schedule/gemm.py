@@ -48,6 +48,8 @@ MIN_GEMM_WORK = 1 << 12
 WORK_PER_TASK = 1 << 20
 MAX_TASKS = 32
 ROWS_PER_TASK = 96  # rows of A per task: a 96 x kc block of A stays in L2
+# The most scratch that B's panels for every batch element may take (more: one at a time).
+ALL_COPIES_BYTES = 8 << 20
 # Products with fewer rows do not pay for packing B at run time.
 MIN_ROWS_TO_PACK = 4
 # The most scratch a run-time packed (im2col) B may take.
@@ -153,8 +155,13 @@ def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset
             direct = gemm.b_is_matrix and gemm.b_j_dims[0][1] == 1
             panels = (1 if gemm.n % gemm.knobs.nr else 0) if direct else _panels(gemm)
             if panels:
+                # every batch element's panels at once (one parallel loop for all) when
+                # they fit, else one element at a time
+                copies = math.prod(e for _, e in gemm.batch) if candidate.batch_b else 1
+                if copies * panels * gemm.k * gemm.knobs.nr * 4 > ALL_COPIES_BYTES:
+                    copies = 1
                 pack = Buffer(f"{func.name}_pack{len(out)}", gemm.b.dtype,
-                              (1, panels, gemm.k, gemm.knobs.nr))
+                              (copies, panels, gemm.k, gemm.knobs.nr))
                 params.append(pack)
                 scratch += 1
                 gemm = replace(gemm, pack=pack)
