@@ -15,7 +15,6 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from rich.console import Console
 
 import ember
@@ -31,24 +30,9 @@ STEP_FIELDS = {"index", "kind", "kernel", "ops", "nodes", "seconds", "share", "f
 FAKE_PEAK = Peak(fma_gflops=100.0, bandwidth_gbs=10.0, threads=2, lanes=8)
 
 
-def _model(batch: int | str = M) -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((K, N)).astype(np.float32), "w")
-    k = numpy_helper.from_array(np.array([2], np.int64), "k")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="project"),
-             helper.make_node("TopK", ["h", "k"], ["values", "indices"], axis=1, name="best"),
-             helper.make_node("Relu", ["values"], ["y"], name="clamp")]
-    graph = helper.make_graph(
-        nodes, "profiled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, K])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 2]),
-         helper.make_tensor_value_info("indices", TensorProto.INT64, [batch, 2])],
-        initializer=[w, k])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 @pytest.fixture(scope="module")
-def module():
-    return ember.compile(_model())
+def module(profiled_model):
+    return ember.compile(profiled_model(M, K, N))
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +84,8 @@ def test_flops_and_bytes_of_the_matmul_come_from_its_shapes(profile):
     assert relu.flops == M * 2 and relu.uncounted == ()
 
 
-def test_shares_of_a_peak_and_the_bound_are_the_larger_share():
-    build = ember.compile(_model()).build
+def test_shares_of_a_peak_and_the_bound_are_the_larger_share(profiled_model):
+    build = ember.compile(profiled_model(M, K, N)).build
     # seconds chosen so that the MatMul (840 FLOPs, 716 bytes) reaches 8.4% of the FMA
     # peak and 71.6% of the bandwidth: memory-bound
     profile = build_profile(build.graph, build.impls, [1e-7, 1e-6, 1e-9], 2e-6, repeat=3,
@@ -152,9 +136,10 @@ def test_measure_peak_at_tiny_sizes():
 # ---------------------------------------------------------------------- ember profile
 
 
-def test_profile_command_prints_the_table_and_writes_json(tmp_path, capsys, monkeypatch):
+def test_profile_command_prints_the_table_and_writes_json(profiled_model, tmp_path, capsys,
+                                                          monkeypatch):
     path = tmp_path / "model.onnx"
-    onnx.save(_model(), path)
+    onnx.save(profiled_model(M, K, N), path)
     monkeypatch.setattr(ember.profile, "measure_peak", lambda threads=None: FAKE_PEAK)
     status, out, err = _run(capsys, "profile", path, "--repeat", 5, "--warmup", 1, "--top", 2,
                             "--threads", 1, "--peak", "--json", tmp_path / "out.json")
@@ -177,9 +162,10 @@ def test_profile_command_prints_the_table_and_writes_json(tmp_path, capsys, monk
     (("--shape", "x=2,12"), [2, K]),
     (("--batch", 3, "--shape", "x=2x12"), [2, K]),  # --shape wins
 ])
-def test_profile_command_sizes_the_inputs(tmp_path, capsys, options, shape):
+def test_profile_command_sizes_the_inputs(profiled_model, tmp_path, capsys, options,
+                                          shape):
     path = tmp_path / "model.onnx"
-    onnx.save(_model(batch="B"), path)
+    onnx.save(profiled_model("B", K, N), path)
     status, out, err = _run(capsys, "profile", path, "--repeat", 1, "--warmup", 0, *options,
                             "--json", tmp_path / "out.json")
     assert status == 0, err
@@ -193,18 +179,19 @@ def test_profile_command_sizes_the_inputs(tmp_path, capsys, options, shape):
     (("--shape", "nope=1"), "--shape names 'nope', which is not an input"),
     (("--dim", "Q=1"), "--dim names unknown dimension(s) ['Q']"),
 ])
-def test_profile_command_refuses_shapes_the_model_cannot_take(tmp_path, capsys, options,
-                                                              message):
+def test_profile_command_refuses_shapes_the_model_cannot_take(profiled_model, tmp_path, capsys,
+                                                              options, message):
     path = tmp_path / "model.onnx"
-    onnx.save(_model(batch="B"), path)
+    onnx.save(profiled_model("B", K, N), path)
     status, out, err = _run(capsys, "profile", path, *options)
     assert status == 2 and out == ""
     assert err.startswith("error: ") and message in err
 
 
-def test_batch_of_a_model_without_a_batch_dimension_is_refused(tmp_path, capsys):
+def test_batch_of_a_model_without_a_batch_dimension_is_refused(profiled_model, tmp_path,
+                                                                capsys):
     path = tmp_path / "model.onnx"
-    onnx.save(_model(), path)
+    onnx.save(profiled_model(M, K, N), path)
     status, _, err = _run(capsys, "profile", path, "--batch", 3)
     assert status == 2 and "no input has a symbolic leading dimension" in err
     status, _, err = _run(capsys, "profile", path, "--batch", M, "--repeat", 1)

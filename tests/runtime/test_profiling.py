@@ -15,7 +15,7 @@ import shutil
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import ember
 import ember.runtime
@@ -31,25 +31,9 @@ X = np.random.default_rng(1).standard_normal((M, K)).astype(np.float32)
 REPEAT = 15
 
 
-def profiled_model():
-    """x[M, K] -> MatMul w[K, N] -> TopK(k=2) (a host step) -> Relu -> y; and the indices."""
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((K, N)).astype(np.float32), "w")
-    k = numpy_helper.from_array(np.array([2], np.int64), "k")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="project"),
-             helper.make_node("TopK", ["h", "k"], ["values", "indices"], axis=1, name="best"),
-             helper.make_node("Relu", ["values"], ["y"], name="clamp")]
-    graph = helper.make_graph(
-        nodes, "profiled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [M, K])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [M, 2]),
-         helper.make_tensor_value_info("indices", TensorProto.INT64, [M, 2])],
-        initializer=[w, k])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 @pytest.fixture(scope="module")
-def module():
-    return ember.compile(profiled_model())
+def module(profiled_model):
+    return ember.compile(profiled_model(M, K, N))
 
 
 @pytest.fixture

@@ -1,0 +1,36 @@
+"""Fixtures shared by test directories."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+
+@pytest.fixture(scope="session")
+def profiled_model() -> Callable[..., onnx.ModelProto]:
+    """A builder of the model the profiler tests time: x[batch, k] -> MatMul w[k, n] ->
+    TopK(k=2) (a numpy fallback step) -> Relu -> y, and the TopK indices.  ``batch`` may be
+    a symbol name."""
+
+    def build(batch: int | str, k_size: int, n_size: int) -> onnx.ModelProto:
+        rng = np.random.default_rng(0)
+        w = numpy_helper.from_array(
+            rng.standard_normal((k_size, n_size)).astype(np.float32), "w")
+        k = numpy_helper.from_array(np.array([2], np.int64), "k")
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="project"),
+                 helper.make_node("TopK", ["h", "k"], ["values", "indices"], axis=1,
+                                  name="best"),
+                 helper.make_node("Relu", ["values"], ["y"], name="clamp")]
+        graph = helper.make_graph(
+            nodes, "profiled",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, k_size])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 2]),
+             helper.make_tensor_value_info("indices", TensorProto.INT64, [batch, 2])],
+            initializer=[w, k])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    return build
