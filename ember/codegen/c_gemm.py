@@ -215,15 +215,24 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
         else:
             a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"
             a_rs, a_cs = s.a_rs, s.a_cs
-        call = (f"({kc}, {a_tile}, {a_rs}, {a_cs}, {panel}, {b_row}, {tile}, {s.out_rs}, "
-                f"{pc} != 0, {cols});")
-        if len(kernels) == 1:
-            line(body, f"{kernels[1]}{call}")
-        else:
-            line(body, f"switch ({rows}) {{")
-            for count, kernel in sorted(kernels.items(), reverse=True):
-                line(body + 1, f"case {count}: {kernel}{call} break;")
-            line(body, "}")
+        # ``accumulate`` is a constant in each call, so every inlined copy keeps only its
+        # own path: a run-time flag would let the compiler if-convert the tile load into an
+        # unconditional read of the output and a blend (it did, with -fno-trapping-math:
+        # MobileNetV2's small-K convolutions ran 3x slower)
+        def call(accumulate: int) -> str:
+            return (f"({kc}, {a_tile}, {a_rs}, {a_cs}, {panel}, {b_row}, {tile}, "
+                    f"{s.out_rs}, {accumulate}, {cols});")
+
+        for first, guard in ((0, f"if ({pc} == 0) {{"), (1, "} else {")):
+            line(body, guard)
+            if len(kernels) == 1:
+                line(body + 1, f"{kernels[1]}{call(first)}")
+            else:
+                line(body + 1, f"switch ({rows}) {{")
+                for count, kernel in sorted(kernels.items(), reverse=True):
+                    line(body + 2, f"case {count}: {kernel}{call(first)} break;")
+                line(body + 1, "}")
+        line(body, "}")
         if s.finish is not None:
             line(body, f"if ({pc} + {kc} == {s.k}) {{")
             _emit_epilogue(em, s, body + 1, {"i0": i0, "j0": j0, "rows": rows, "cols": cols})

@@ -6,11 +6,11 @@ the first of ``cc``, ``gcc``, ``clang`` on ``PATH``, else the ``ziglang`` Python
 
 :func:`compile_shared` builds with ``-O3 -std=c11 -fPIC -shared`` plus the target's ``-march``
 flags, OpenMP when the compiler has a working one (probed once per compiler), and
-``-ffp-contract=fast -fno-math-errno -fno-trapping-math`` -- but never ``-ffast-math``: models
-rely on NaN and infinities behaving as IEEE 754 says.  ``-fno-trapping-math`` changes no
-result (nothing reads the floating-point exception flags); without it a comparison that
-might raise "invalid" on a NaN may not be if-converted, and every loop with a select -- a
-Relu, a clamp, the fast exp -- stays scalar.  Results are cached (:mod:`ember.toolchain.cache`).
+``-ffp-contract=fast -fno-math-errno`` -- but never ``-ffast-math``: models rely on NaN and
+infinities behaving as IEEE 754 says.  (``-fno-trapping-math`` was tried: it lets GCC
+vectorize the fast exp/erf, but it made the Clip epilogue of small-K GEMMs scalar and
+MobileNetV2 1.6x slower, so it is off until the epilogues are written to vectorize either
+way.)  Results are cached (:mod:`ember.toolchain.cache`).
 
 ``sanitize=True`` builds with AddressSanitizer and UBSan, aborting on the first error.  Such a
 library can only be loaded by a process that has the ASan runtime loaded first: run it in a
@@ -155,8 +155,7 @@ def compile_flags(compiler: Compiler, target: Target, opt_level: int = 3,
                   sanitize: bool = False, extra_flags: Sequence[str] = ()) -> list[str]:
     """Every flag of a build, in order, except the input and output files."""
     flags = [f"-O{opt_level}", "-std=c11", *compiler.target_flags(target), *target.march,
-             "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math",
-             "-fvisibility=hidden"]
+             "-ffp-contract=fast", "-fno-math-errno", "-fvisibility=hidden"]
     if compiler.family == "gcc":  # wide vectors in static helpers: no ABI to keep stable
         flags.append("-Wno-psabi")
     if target.arch == "wasm32":

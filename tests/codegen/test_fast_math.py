@@ -1,6 +1,6 @@
 """ember's vectorizable float32 exp, tanh, erf and sigmoid (``codegen/c_fast_math.py``):
 their error in ulp against a float64 reference over 2^20 points per function, IEEE special
-values, and that compiled kernels no longer call libm for them (so the loops vectorize)."""
+values, and that compiled kernels no longer call libm for them (inline, branch-free code)."""
 
 from __future__ import annotations
 
