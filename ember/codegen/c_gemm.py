@@ -36,8 +36,12 @@ if TYPE_CHECKING:
 # Multiply-adds from which a product is shared among threads.
 PARALLEL_WORK = 1 << 17
 
+# Tasks are handed out one at a time (dynamic), not split in fixed halves: on a shared machine
+# a worker often starts late (its vCPU was idle, or another process holds it), and with a
+# static split the caller would then wait for the late worker's whole half.  A task is
+# about a million multiply-adds, so taking one costs nothing in comparison.
 _OMP_FOR = ["#ifdef _OPENMP",
-            "#pragma omp parallel for schedule(static) num_threads(ember_get_num_threads())",
+            "#pragma omp parallel for schedule(dynamic, 1) num_threads(ember_get_num_threads())",
             "#endif"]
 
 
