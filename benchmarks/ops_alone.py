@@ -88,13 +88,16 @@ def time_alone(runtime: str, path: Path, x_shape: list[int], threads: int, repea
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("cases", nargs="*", choices=list(CASES), default=[],
-                        help="cases to run (default: all)")
+    parser.add_argument("cases", nargs="*", metavar="CASE",
+                        help=f"cases to run (default: all): {', '.join(CASES)}")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternate ember/ORT processes this many times per case")
     args = parser.parse_args()
+    unknown = [name for name in args.cases if name not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; choose from {', '.join(CASES)}")
     print(f"{'case':20s} {'ember ms':>9s} {'ORT ms':>9s} {'ORT/ember':>9s}   (medians, "
           f"{args.threads} thread(s), each runtime alone in its process)")
     with tempfile.TemporaryDirectory() as folder:
