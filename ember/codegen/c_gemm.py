@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 from ember.codegen.c_helpers import HelperSet
 from ember.ir.loop.buffer import Buffer
-from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Var
+from ember.ir.loop.expr import INDEX, Const, Load, Var
 from ember.ir.loop.functor import substitute
-from ember.ir.loop.stmt import For, ForKind, Gemm, IfThenElse, Store
+from ember.ir.loop.stmt import For, ForKind, Gemm, Store
 
 if TYPE_CHECKING:
     from ember.codegen.c import _KernelEmitter
@@ -219,24 +219,17 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
         else:
             a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"
             a_rs, a_cs = s.a_rs, s.a_cs
-        # ``accumulate`` is a constant in each call, so every inlined copy keeps only its
-        # own path: a run-time flag would let the compiler if-convert the tile load into an
-        # unconditional read of the output and a blend (it did, with -fno-trapping-math:
-        # MobileNetV2's small-K convolutions ran 3x slower)
-        def call(accumulate: int) -> str:
-            return (f"({kc}, {a_tile}, {a_rs}, {a_cs}, {panel}, {b_row}, {tile}, "
-                    f"{s.out_rs}, {accumulate}, {cols});")
-
-        for first, guard in ((0, f"if ({pc} == 0) {{"), (1, "} else {")):
-            line(body, guard)
-            if len(kernels) == 1:
-                line(body + 1, f"{kernels[1]}{call(first)}")
-            else:
-                line(body + 1, f"switch ({rows}) {{")
-                for count, kernel in sorted(kernels.items(), reverse=True):
-                    line(body + 2, f"case {count}: {kernel}{call(first)} break;")
-                line(body + 1, "}")
-        line(body, "}")
+        # (``accumulate`` stays a run-time flag: one inlined copy per flag value doubled the
+        # code of every GEMM and made ResNet-18's convolutions slower, 34 -> 44 ms)
+        call = (f"({kc}, {a_tile}, {a_rs}, {a_cs}, {panel}, {b_row}, {tile}, {s.out_rs}, "
+                f"{pc} != 0, {cols});")
+        if len(kernels) == 1:
+            line(body, f"{kernels[1]}{call}")
+        else:
+            line(body, f"switch ({rows}) {{")
+            for count, kernel in sorted(kernels.items(), reverse=True):
+                line(body + 1, f"case {count}: {kernel}{call} break;")
+            line(body, "}")
         if s.finish is not None:
             line(body, f"if ({pc} + {kc} == {s.k}) {{")
             _emit_epilogue(em, s, body + 1, {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
@@ -336,20 +329,16 @@ def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, s
     row, col = i0 + r, j0 + c
     index = s.out_base + row * s.out_rs + col
     value = substitute(s.finish, {s.row: row, s.col: col, s.result: Load(s.out, index)})
-    def loop(width: Expr) -> For:
-        return For(r, _zero(), rows, ForKind.SERIAL,
-                   For(c, _zero(), width, ForKind.VECTORIZED, Store(s.out, index, value)))
-
-    # A full tile gets a constant-width loop, which vectorizes without a scalar remainder
-    # (with the run-time width GCC left GELU's erf scalar: a third of a BERT layer's GEMM).
-    full = IfThenElse(Binary("eq", cols, Const(s.knobs.nr, INDEX)),
-                      loop(Const(s.knobs.nr, INDEX)), loop(cols))
+    loop = For(r, _zero(), rows, ForKind.SERIAL,
+               For(c, _zero(), cols, ForKind.VECTORIZED, Store(s.out, index, value)))
+    # (A constant-width loop for full tiles was tried: GCC then made the Relu/Clip epilogues
+    # of ResNet-18's convolutions slower, 34 -> 48 ms for the model.)
     bindings = [_Binding(em.vars, var, names[key])
                 for var, key in ((i0, "i0"), (j0, "j0"), (rows, "rows"), (cols, "cols"))]
     for binding in bindings:
         binding.__enter__()
     try:
-        em.stmt(full, depth)
+        em.stmt(loop, depth)
     finally:
         for binding in reversed(bindings):
             binding.__exit__(None, None, None)
