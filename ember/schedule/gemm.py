@@ -21,7 +21,9 @@ register-tiled template (``codegen/c_gemm.py``) with the epilogue applied to eac
 
 When B is a constant of the graph (a weight), it is packed at compile time into the layout
 the micro-kernel reads (:class:`Prepack`), so a transposed or strided weight costs nothing at
-run time; otherwise B is packed into a scratch buffer by the kernel itself.
+run time; so is a constant A (a convolution's weights), into strips of MR rows.  A run-time B
+with contiguous rows is read in place (only a partial last panel is copied); any other B is
+gathered into panels in a scratch buffer by the kernel itself.
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ MAX_PACK_BYTES = 64 << 20
 class Prepack:
     """Pack a constant B (read through ``base + k*rs + j*cs`` of its flat array) into panels
     of ``nr`` columns, ``(ceil(n / nr), k, nr)``, zero padded: the layout the micro-kernel
-    streams.  ``param`` is the position of the parameter that receives the packed array."""
+    streams.  A constant A is packed the same way as the transposed matrix, into strips of
+    ``mr`` rows.  ``param`` is the position of the parameter that receives the packed
+    array."""
 
     param: int
     k: int
