@@ -22,7 +22,8 @@ behaviour.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Iterator
 
 from ember.codegen.c_helpers import HelperSet
 from ember.ir.loop.buffer import Buffer
@@ -114,7 +115,8 @@ def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
         batch *= extent
     # B differs per batch element and its copies do not all fit the scratch: one at a time
     per_element = s.pack is not None and s.b_moves_with_batch and s.pack.shape[0] == 1
-    blocks = -(-s.m // knobs.mc) * -(-_panels(s) // (knobs.nc // knobs.nr))
+    blocks_m, blocks_n, _ = _task_grid(s)
+    blocks = blocks_m * blocks_n
     em.line(depth, f"{{ /* gemm {s.m}x{s.n}x{s.k}" + (f" x {batch}" if batch > 1 else "") +
             f": tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks of "
             f"{knobs.mc}x{knobs.nc} */")
@@ -137,6 +139,12 @@ def _panels(s: Gemm) -> int:
     return -(-s.n // s.knobs.nr)
 
 
+def _task_grid(s: Gemm) -> tuple[int, int, int]:
+    """(row blocks, column blocks, panels per column block) of one batch element's tasks."""
+    panels_per_task = s.knobs.nc // s.knobs.nr
+    return -(-s.m // s.knobs.mc), -(-_panels(s) // panels_per_task), panels_per_task
+
+
 def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
                 blocks_per_element: int | None) -> None:
     """The parallel loop over tasks (blocks of rows x panels, and batch elements when
@@ -146,9 +154,7 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     kernels = {rows: micro_kernel(em.ctx.helpers, rows, nr // lanes, lanes)
                for rows in range(1, min(mr, s.m) + 1)}
     panels = _panels(s)
-    blocks_m = -(-s.m // knobs.mc)
-    panels_per_task = knobs.nc // nr
-    blocks_n = -(-panels // panels_per_task)
+    blocks_m, blocks_n, panels_per_task = _task_grid(s)
     fresh, line = em.names.fresh, em.line
     task = fresh("task")
     if tasks > 1 and s.m * s.n * s.k * (tasks // (blocks_m * blocks_n)) >= PARALLEL_WORK:
@@ -290,34 +296,24 @@ def _emit_pack_panel(em: "_KernelEmitter", s: Gemm, inner: int, p: str, bt: str,
         line(level, "}")
 
 
-class _batch_bindings:
+@contextmanager
+def _batch_bindings(em: "_KernelEmitter", s: Gemm | None, linear: str,
+                    depth: int) -> Iterator[None]:
     """Bind the batch variables of ``s`` to C names decoded from the linear index ``linear``
     (outermost varies slowest) for the duration of a ``with`` block; with ``s`` None, bind
-    every batch variable of nothing (B shared by the whole batch)."""
+    nothing (B shared by the whole batch)."""
+    from ember.codegen.c import _Binding
 
-    def __init__(self, em: "_KernelEmitter", s: Gemm | None, linear: str, depth: int):
-        self.em, self.s, self.linear, self.depth = em, s, linear, depth
-        self.bindings: list = []
-
-    def __enter__(self) -> None:
-        from ember.codegen.c import _Binding
-
-        if self.s is None:
-            return
-        stride = 1
-        decoded = []
-        for var, extent in reversed(self.s.batch):
-            decoded.append((var, f"({self.linear} / {stride}) % {extent}"))
-            stride *= extent
-        for var, value in reversed(decoded):
-            binding = _Binding(self.em.vars, var, self.em.names.fresh(var.name))
-            name = binding.__enter__()
-            self.bindings.append(binding)
-            self.em.line(self.depth, f"const long {name} = {value}; (void){name};")
-
-    def __exit__(self, *exc: object) -> None:
-        for binding in reversed(self.bindings):
-            binding.__exit__(*exc)
+    with ExitStack() as scope:
+        if s is not None:
+            stride, decoded = 1, []
+            for var, extent in reversed(s.batch):
+                decoded.append((var, f"({linear} / {stride}) % {extent}"))
+                stride *= extent
+            for var, value in reversed(decoded):
+                name = scope.enter_context(_Binding(em.vars, var, em.names.fresh(var.name)))
+                em.line(depth, f"const long {name} = {value}; (void){name};")
+        yield
 
 
 def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, str]) -> None:
@@ -333,15 +329,10 @@ def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, s
                For(c, _zero(), cols, ForKind.VECTORIZED, Store(s.out, index, value)))
     # (A constant-width loop for full tiles was tried: GCC then made the Relu/Clip epilogues
     # of ResNet-18's convolutions slower, 34 -> 48 ms for the model.)
-    bindings = [_Binding(em.vars, var, names[key])
-                for var, key in ((i0, "i0"), (j0, "j0"), (rows, "rows"), (cols, "cols"))]
-    for binding in bindings:
-        binding.__enter__()
-    try:
+    with ExitStack() as scope:
+        for var, key in ((i0, "i0"), (j0, "j0"), (rows, "rows"), (cols, "cols")):
+            scope.enter_context(_Binding(em.vars, var, names[key]))
         em.stmt(loop, depth)
-    finally:
-        for binding in reversed(bindings):
-            binding.__exit__(None, None, None)
 
 
 def _zero() -> Const:

@@ -114,12 +114,11 @@ def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset
     while position < len(stmts):
         found = _match_update(stmts, position) or _match_scalar(stmts[position])
         product, consumed = found if found else (None, 1)
-        candidate = _to_gemm(product, target) if product is not None else None
-        if candidate is None:
+        gemm = _to_gemm(product, target) if product is not None else None
+        if gemm is None:
             out.extend(stmts[position:position + consumed])
             position += consumed
             continue
-        gemm = candidate.stmt
         others = stmts[:position] + stmts[position + consumed:]
         b_elsewhere = any(isinstance(n, (Load, Store)) and n.buffer == gemm.b
                           for s in others for n in walk(s))
@@ -137,7 +136,7 @@ def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset
             params[a_param] = strips
             gemm = replace(gemm, a=strips, a_packed=True, a_base=Const(0, INDEX))
         b_param = params.index(gemm.b) if gemm.b in params else -1
-        if b_param in constant_params and not candidate.batch_b and not b_elsewhere \
+        if b_param in constant_params and not gemm.b_moves_with_batch and not b_elsewhere \
                 and isinstance(gemm.b_base, Const) and gemm.b_is_matrix:
             packed = Buffer(f"{gemm.b.name}_packed", gemm.b.dtype,
                             (_panels(gemm), gemm.k, gemm.knobs.nr))
@@ -161,7 +160,8 @@ def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset
             if panels:
                 # every batch element's panels at once (one parallel loop for all) when
                 # they fit, else one element at a time
-                copies = math.prod(e for _, e in gemm.batch) if candidate.batch_b else 1
+                copies = math.prod(e for _, e in gemm.batch) if gemm.b_moves_with_batch \
+                    else 1
                 if copies * panels * gemm.k * gemm.knobs.nr * 4 > ALL_COPIES_BYTES:
                     copies = 1
                 pack = Buffer(f"{func.name}_pack{len(out)}", gemm.b.dtype,
@@ -281,13 +281,7 @@ def _product_terms(value: Expr, is_accumulator) -> tuple[Load, Load] | None:
 # ---------------------------------------------------------------------- normal form
 
 
-@dataclass
-class _Candidate:
-    stmt: Gemm
-    batch_b: bool   # whether B moves with the batch loops
-
-
-def _to_gemm(p: _Product, target: Target) -> _Candidate | None:
+def _to_gemm(p: _Product, target: Target) -> Gemm | None:
     if any(e < 1 for _, e in p.spatial + p.reduce):
         return None
     if not (p.out.dtype == p.lhs.dtype == p.rhs.dtype == DType.FLOAT32) or \
@@ -372,9 +366,9 @@ def _to_gemm(p: _Product, target: Target) -> _Candidate | None:
                                          {i_var: row, j_var: col}))
         if _free_vars(finish) - batch_vars - {row, col, result}:
             return None
-    batch_b = any(rhs_c.get(v, 0) for v in batch_vars)
+    b_moves_with_batch = any(rhs_c.get(v, 0) for v in batch_vars)
     knobs = default_knobs(m_ext, n_ext, k_ext,
-                          1 if batch_b else math.prod(e for _, e in batch), target)
+                          1 if b_moves_with_batch else math.prod(e for _, e in batch), target)
     pack_bytes = 4 * -(-n_ext // knobs.nr) * knobs.nr * k_ext
     if (len(b_k) > 1 or len(b_j) > 1) and pack_bytes > MAX_PACK_BYTES:
         return None  # an im2col too large for scratch: the plain loops stream it instead
@@ -382,7 +376,7 @@ def _to_gemm(p: _Product, target: Target) -> _Candidate | None:
                 base(out_c), base(lhs_c), base(rhs_c), out_c.get(i_var, 0),
                 lhs_c.get(i_var, 0), lhs_c[k_var], b_k, b_j, False,
                 row, col, result, finish, knobs)
-    return _Candidate(stmt, batch_b)
+    return stmt
 
 
 def _moves(walk: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
