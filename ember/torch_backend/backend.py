@@ -1,0 +1,276 @@
+"""``torch.compile(model, backend="ember")``: the Dynamo backend.
+
+Dynamo hands each captured FX graph (graph breaks are Dynamo's) and its example inputs to
+:func:`ember_backend`.  The graph goes through AOT autograd to core ATen IR (functionalized,
+decomposed); parameters and buffers are frozen into constants, so ember can fold and pre-pack
+them; the ATen graph is partitioned (``partition.py``) and every supported part is compiled by
+ember, while the rest runs in PyTorch.  Tensors cross into ember without copies: a contiguous
+CPU tensor is handed over as a numpy view of its memory, and results come back as tensors
+over the arrays ember wrote.
+
+Shapes: the ember graph keeps Dynamo's symbolic sizes symbolic, and the compiled
+``ember.Module`` specializes per input shape on first use (cached, and logged); Dynamo itself
+does not recompile for a new size when the model was compiled with ``dynamic=True`` or marked
+dynamic after a size change.
+
+Weights are frozen: a call whose parameters are other tensors, or tensors modified in place
+since compilation (their version counter moved), recompiles the parts from the current
+weights, and says so in the log.  Training graphs (inputs that require grad while autograd is
+on) run in PyTorch whole, with a message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import torch.fx
+
+from ember.api import Module
+from ember.core.target import Target
+from ember.driver.pipeline import BuildOptions
+from ember.frontend.torch import import_fx
+from ember.frontend.torch.importer import numpy_to_tensor, tensor_to_numpy
+from ember.torch_backend.partition import (Fallback, copy_meta, flops_of, frozen_of_submodule,
+                                           is_size_node, partition)
+
+LOG = logging.getLogger("ember.torch")
+
+
+@dataclass
+class GraphReport:
+    """What happened to one graph Dynamo handed to ember."""
+
+    index: int
+    compiled: bool = True  # False: the whole graph ran in PyTorch (``reason``)
+    reason: str = ""
+    compute_nodes: int = 0
+    compiled_nodes: int = 0
+    fallbacks: list[Fallback] = field(default_factory=list)
+    flops_total: int = 0
+    flops_compiled: int = 0
+    kernels: int = 0  # ember-compiled subgraphs
+    recompiles: list[str] = field(default_factory=list)
+
+
+class _Reports:
+    """Every graph report of the process, for ``ember.explain`` and the log switch."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.graphs: list[GraphReport] = []
+
+    def new(self) -> GraphReport:
+        with self._lock:
+            report = GraphReport(index=len(self.graphs))
+            self.graphs.append(report)
+            return report
+
+    def since(self, start: int) -> list[GraphReport]:
+        with self._lock:
+            return list(self.graphs[start:])
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self.graphs)
+
+
+REPORTS = _Reports()
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """``torch.compile(..., options={...})`` keys the backend understands."""
+
+    target: str = "native"
+    opt_level: int = 2
+
+    @staticmethod
+    def parse(options: dict[str, Any]) -> "BackendOptions":
+        unknown = sorted(set(options) - {"target", "opt_level"})
+        if unknown:
+            raise ValueError(f"unknown ember backend option(s) {unknown}; known: target, "
+                             f"opt_level")
+        return BackendOptions(**options)
+
+
+def ember_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **options: Any
+                  ) -> Callable[..., Any]:
+    """The Dynamo backend (registered as ``"ember"`` through the ``torch_dynamo_backends``
+    entry point)."""
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+
+    settings = BackendOptions.parse(dict(options.get("options") or options))
+    report = REPORTS.new()
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                       for t in example_inputs):
+        report.compiled = False
+        report.reason = ("a training graph (inputs require grad while autograd is on): ember "
+                         "compiles inference only; run under torch.no_grad() or "
+                         "torch.inference_mode() to compile it")
+        LOG.warning("ember: graph %d runs in PyTorch: %s", report.index, report.reason)
+        _announce(report)
+        return gm.forward
+    weights = _weight_positions(gm, example_inputs)
+
+    def compile_forward(aten: torch.fx.GraphModule, aten_inputs: Sequence[Any]):
+        placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
+        positions = weights if len(placeholders) == len(example_inputs) else []
+        return _CompiledGraph(aten, [placeholders[i].name for i in positions], positions,
+                              [example_inputs[i] for i in positions], settings, report)
+
+    return aot_autograd(fw_compiler=compile_forward,
+                        decompositions=core_aten_decompositions())(gm, example_inputs)
+
+
+def _weight_positions(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[int]:
+    """Inputs that are the module's parameters or buffers (Dynamo lifts them to inputs)."""
+    positions = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        if not isinstance(value, torch.Tensor):
+            continue
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        text = ""
+        if source is not None:
+            name = getattr(source, "name", "")
+            text = name() if callable(name) else str(name)
+        if isinstance(value, torch.nn.Parameter) or "._parameters[" in text or \
+                "._buffers[" in text:
+            positions.append(i)
+    return positions
+
+
+class _CompiledGraph:
+    """The callable AOT autograd runs: the partitioned graph, its ember parts compiled."""
+
+    def __init__(self, aten: torch.fx.GraphModule, weight_names: list[str],
+                 weight_positions: list[int], weights: list[torch.Tensor],
+                 settings: BackendOptions, report: GraphReport):
+        self.aten = aten
+        self.weight_names = weight_names
+        self.weight_positions = weight_positions
+        self.settings = settings
+        self.report = report
+        self._lock = threading.Lock()
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():  # AOT autograd calls us inside its fake-tensor mode
+            self._build(weights)
+
+    def _build(self, weights: list[torch.Tensor]) -> None:
+        self.weights = list(weights)
+        self.versions = [w._version for w in weights]
+        frozen = dict(zip(self.weight_names, (w.detach() for w in weights)))
+        split = partition(_copy_of(self.aten), frozen)  # partitioning rewrites its graph
+        report = self.report
+        report.compute_nodes = split.compute_nodes
+        report.fallbacks = split.fallbacks
+        report.compiled_nodes = split.compute_nodes - len(split.fallbacks)
+        report.kernels = len(split.fused)
+        fallen = {f.node for f in split.fallbacks}
+        report.flops_total = report.flops_compiled = 0
+        for node in self.aten.graph.nodes:
+            if node.op == "call_function":
+                count = flops_of(node)
+                report.flops_total += count
+                report.flops_compiled += 0 if node.name in fallen else count
+        module = split.module
+        for call in list(module.graph.nodes):
+            if call.op == "call_module" and call.target in split.fused:
+                submodule = getattr(module, call.target)
+                copy_meta(call, submodule)
+                kernel = _EmberKernel(submodule, frozen_of_submodule(call, submodule, frozen),
+                                      self.settings, f"graph {report.index} part {call.target}")
+                setattr(module, call.target, kernel)
+        module.recompile()
+        self.module = module
+        for fallback in split.fallbacks:
+            LOG.info("ember: graph %d: %s (%s) runs in PyTorch: %s", report.index,
+                     fallback.op, fallback.node, fallback.reason)
+        _announce(report)
+
+    def __call__(self, *args: Any) -> Any:
+        args = args[0] if len(args) == 1 and isinstance(args[0], list) else args
+        if self.weight_positions:
+            current = [args[i] for i in self.weight_positions]
+            if any(a is not w or a._version != v
+                   for a, w, v in zip(current, self.weights, self.versions)):
+                with self._lock:
+                    reason = "the weights changed since compilation (other tensors, or " \
+                             "modified in place)"
+                    LOG.info("ember: graph %d recompiles: %s", self.report.index, reason)
+                    self.report.recompiles.append(reason)
+                    self._build(current)
+        return self.module(*args)
+
+
+class _EmberKernel(torch.nn.Module):
+    """One ember-compiled part of a graph, called by the partitioned FX graph."""
+
+    def __init__(self, submodule: torch.fx.GraphModule, frozen: dict[str, torch.Tensor],
+                 settings: BackendOptions, label: str):
+        super().__init__()
+        imported = import_fx(submodule, frozen=frozen, name="torch_graph")
+        placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
+        # position in the call's arguments -> ember input name (weights are constants now)
+        self.bindings = [(i, imported.inputs[p.name]) for i, p in enumerate(placeholders)
+                         if p.name in imported.inputs]
+        output_node = next(n for n in submodule.graph.nodes if n.op == "output")
+        items = output_node.args[0]
+        self.single = not isinstance(items, (tuple, list))
+        items = [items] if self.single else list(items)
+        self.size_outputs = [isinstance(n, torch.fx.Node) and is_size_node(n) for n in items]
+        self.output_names = imported.outputs
+        self.label = label
+        options = BuildOptions(target=Target.parse(settings.target),
+                               opt_level=settings.opt_level)
+        self.ember = Module(imported.graph, options)
+        self._shapes_seen: set[tuple] = set()
+
+    def forward(self, *args: Any) -> Any:
+        feeds = {}
+        for position, name in self.bindings:
+            value = args[position]
+            if isinstance(value, torch.Tensor):
+                feeds[name] = tensor_to_numpy(value)
+            else:
+                feeds[name] = np.array(int(value), dtype=np.int64)
+        self._note_shapes(feeds)
+        results = self.ember.run(feeds)
+        outputs = []
+        for name, is_size in zip(self.output_names, self.size_outputs):
+            array = results[name]
+            outputs.append(int(array) if is_size else numpy_to_tensor(array))
+        return outputs[0] if self.single else tuple(outputs)
+
+    def _note_shapes(self, feeds: dict[str, np.ndarray]) -> None:
+        key = tuple((name, array.shape) for name, array in feeds.items())
+        if key in self._shapes_seen:
+            return
+        if self._shapes_seen:
+            shapes = ", ".join(f"{n}{list(s)}" for n, s in key)
+            LOG.info("ember: %s: specializing for new input shapes %s", self.label, shapes)
+        self._shapes_seen.add(key)
+
+
+def _copy_of(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A GraphModule over a copy of ``gm``'s graph (nodes keep their recorded meta)."""
+    graph = torch.fx.Graph()
+    output = graph.graph_copy(gm.graph, {})
+    graph.output(output)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _announce(report: GraphReport) -> None:
+    """With ``EMBER_EXPLAIN=1``, print each graph's report when it is compiled."""
+    if os.environ.get("EMBER_EXPLAIN", "") not in ("", "0"):
+        from ember.torch_backend.explain import format_graph_report
+
+        print(format_graph_report(report))
