@@ -1,6 +1,7 @@
 """The public entry points: ``compile``, ``load`` and the compiled ``Module``.
 
     module = ember.compile("resnet18.onnx")          # or a ModelProto, or an ember Graph
+    module = ember.compile(torch_module, (x,))       # or a torch.nn.Module, via torch.export
     y = module(x)                                    # numpy in, numpy out
     module.save("resnet18.ember")                    # artifact: library + weights + manifest
     same = ember.load("resnet18.ember")
@@ -36,12 +37,32 @@ if TYPE_CHECKING:
     from ember.profile import Peak, Profile
 
 
-def _as_graph(model: Any, memory_limit: int | None = None) -> Graph:
+def _as_graph(model: Any, memory_limit: int | None = None, example_inputs: Any = None,
+              dynamic_shapes: Any = None) -> Graph:
     if isinstance(model, Graph):
         return model
+    if _is_torch_module(model):
+        if example_inputs is None:
+            raise InputError("compiling a torch.nn.Module needs example inputs: "
+                             "ember.compile(module, (x,)), which torch.export traces it with")
+        from ember.frontend.torch import import_module
+
+        return import_module(model, example_inputs, dynamic_shapes=dynamic_shapes)
+    if example_inputs is not None or dynamic_shapes is not None:
+        raise InputError("example_inputs and dynamic_shapes are for torch.nn.Module models; "
+                         "an ONNX model's dynamic dims are fixed by input_shapes= or the "
+                         "first call")
     from ember.frontend.onnx import import_onnx
 
     return import_onnx(model, memory_limit=memory_limit)
+
+
+def _is_torch_module(model: Any) -> bool:
+    """Whether ``model`` is a torch.nn.Module, without importing torch for other models."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
 
 
 class Module:
@@ -327,11 +348,17 @@ def _check_buffers(where: str, kind: str, names: list[str], specs: Sequence[Any]
                                  f"is {spec.describe()}")
 
 
-def compile(model: Any, target: str | Target = "native", opt_level: int = 2,
-            input_shapes: Mapping[str, Sequence[int]] | None = None,
-            sanitize: bool = False, memory_limit: int | str | None = None) -> Module:
-    """Compile an ONNX model (path, bytes, ModelProto) or an ember Graph to native code.
+def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "native",
+            opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None,
+            sanitize: bool = False, memory_limit: int | str | None = None,
+            dynamic_shapes: Any = None) -> Module:
+    """Compile an ONNX model (path, bytes, ModelProto), a ``torch.nn.Module`` or an ember
+    Graph to native code.
 
+    A torch module is exported with ``torch.export`` on ``example_inputs`` (a tensor or a
+    tuple of them), in evaluation mode and without autograd; its parameters and buffers
+    become the artifact's weights.  ``dynamic_shapes`` (as for ``torch.export.export``) keeps
+    sizes symbolic: the module then compiles a specialization per input shape on first use.
     ``input_shapes`` fixes the shapes of dynamic inputs (otherwise the first call does);
     ``sanitize=True`` builds with AddressSanitizer and UBSan (for tests: the process must
     preload the sanitizer runtime, see ``ember.toolchain.compiler.sanitizer_preload``).
@@ -341,7 +368,7 @@ def compile(model: Any, target: str | Target = "native", opt_level: int = 2,
     """
     if memory_limit is not None:
         memory_limit = parse_size(memory_limit)  # a typo fails now, not at the first call
-    graph = _as_graph(model, memory_limit)
+    graph = _as_graph(model, memory_limit, example_inputs, dynamic_shapes)
     resolved = target if isinstance(target, Target) else Target.parse(target)
     options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
                            memory_limit=memory_limit)

@@ -32,10 +32,12 @@ import torch
 import torch.fx
 
 from ember.api import Module
+from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.driver.pipeline import BuildOptions
 from ember.frontend.torch import import_fx
 from ember.frontend.torch.importer import numpy_to_tensor, tensor_to_numpy
+from ember.ir.graph import Graph
 from ember.torch_backend.partition import (Fallback, copy_meta, flops_of, frozen_of_submodule,
                                            is_size_node, partition)
 
@@ -229,10 +231,50 @@ class _EmberKernel(torch.nn.Module):
         self.size_outputs = [isinstance(n, torch.fx.Node) and is_size_node(n) for n in items]
         self.output_names = imported.outputs
         self.label = label
-        options = BuildOptions(target=Target.parse(settings.target),
-                               opt_level=settings.opt_level)
-        self.ember = Module(imported.graph, options)
+        self.options = BuildOptions(target=Target.parse(settings.target),
+                                    opt_level=settings.opt_level)
+        self.graph = imported.graph
+        # Sizes that reach this part as plain ints (their tensor is elsewhere in the graph):
+        # the part is specialized on their values, as it is on its input shapes.
+        self.size_inputs = [name for name in imported.graph.inputs
+                            if imported.graph.types[name].shape == ()
+                            and imported.graph.types[name].dtype == DType.INT64
+                            and name in self._size_placeholders(submodule, imported)]
+        # Modules are built on the first call, not here: Dynamo may discard a graph it handed
+        # to the backend (it restarts its analysis after specializing Python scalars), and
+        # native code for a discarded graph would be compile time for nothing.
+        self._modules: dict[tuple[int, ...], Module] = {}
+        self._build_lock = threading.Lock()
         self._shapes_seen: set[tuple] = set()
+
+    @staticmethod
+    def _size_placeholders(submodule: torch.fx.GraphModule, imported: Any) -> set[str]:
+        return {imported.inputs[n.name] for n in submodule.graph.nodes
+                if n.op == "placeholder" and n.name in imported.inputs
+                and not isinstance(n.meta.get("val"), torch.Tensor)}
+
+    def _module_for(self, sizes: tuple[int, ...]) -> Module:
+        module = self._modules.get(sizes)
+        if module is None:
+            with self._build_lock:
+                module = self._modules.get(sizes)
+                if module is None:
+                    module = self._modules[sizes] = Module(self._with_sizes(sizes),
+                                                           self.options)
+        return module
+
+    def _with_sizes(self, sizes: tuple[int, ...]) -> Graph:
+        """The graph with the size inputs bound to ``sizes`` (constants)."""
+        if not self.size_inputs:
+            return self.graph
+        graph = Graph(name=self.graph.name, inputs=[n for n in self.graph.inputs
+                                                    if n not in self.size_inputs],
+                      outputs=list(self.graph.outputs), nodes=list(self.graph.nodes),
+                      types=dict(self.graph.types), constants=dict(self.graph.constants),
+                      metadata=dict(self.graph.metadata))
+        for name, value in zip(self.size_inputs, sizes):
+            graph.constants[name] = np.array(value, dtype=np.int64)
+        return graph
 
     def forward(self, *args: Any) -> Any:
         feeds = {}
@@ -242,20 +284,23 @@ class _EmberKernel(torch.nn.Module):
                 feeds[name] = tensor_to_numpy(value)
             else:
                 feeds[name] = np.array(int(value), dtype=np.int64)
-        self._note_shapes(feeds)
-        results = self.ember.run(feeds)
+        sizes = tuple(int(feeds.pop(name)) for name in self.size_inputs)
+        self._note_shapes(feeds, sizes)
+        results = self._module_for(sizes).run(feeds)
         outputs = []
         for name, is_size in zip(self.output_names, self.size_outputs):
             array = results[name]
             outputs.append(int(array) if is_size else numpy_to_tensor(array))
         return outputs[0] if self.single else tuple(outputs)
 
-    def _note_shapes(self, feeds: dict[str, np.ndarray]) -> None:
-        key = tuple((name, array.shape) for name, array in feeds.items())
+    def _note_shapes(self, feeds: dict[str, np.ndarray], sizes: tuple[int, ...]) -> None:
+        key = tuple((name, array.shape) for name, array in feeds.items()) + sizes
         if key in self._shapes_seen:
             return
         if self._shapes_seen:
-            shapes = ", ".join(f"{n}{list(s)}" for n, s in key)
+            shapes = ", ".join(f"{n}{list(a.shape)}" for n, a in feeds.items())
+            if sizes:
+                shapes += f"; sizes {list(sizes)}"
             LOG.info("ember: %s: specializing for new input shapes %s", self.label, shapes)
         self._shapes_seen.add(key)
 

@@ -48,9 +48,10 @@ class _Support(OperatorSupportBase):
 
 
 def is_size_node(node: torch.fx.Node) -> bool:
-    """A node computing a size (SymInt), not tensor data: glue, never counted as a fallback."""
+    """A node computing a size or a condition on sizes (SymInt, SymBool), not tensor data:
+    glue that runs in Python, never counted as a fallback."""
     value = node.meta.get("val")
-    return isinstance(value, (torch.SymInt, int)) and not isinstance(value, bool)
+    return isinstance(value, (torch.SymInt, torch.SymBool, int, bool))
 
 
 def partition(gm: torch.fx.GraphModule, frozen: Mapping[str, torch.Tensor]) -> Partitioning:

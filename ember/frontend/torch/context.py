@@ -92,6 +92,8 @@ class ImportContext:
         # Element type of every converted FX output, by ember name (shape inference runs
         # only once the whole graph is built).
         self.value_dtypes: dict[str, DType] = {}
+        # size symbol -> the name the user gave it (torch.export's Dim names)
+        self.symbol_names: dict[str, str] = {}
 
     # ------------------------------------------------------------------ building
     def add(self, op: str, inputs: Sequence[str], outputs: int = 1, **attrs: Any

@@ -18,7 +18,9 @@ from ember.frontend.torch.importer import import_fx
 from ember.ir.graph import Graph
 
 
-def import_exported_program(program: "torch.export.ExportedProgram") -> Graph:
+def import_exported_program(program: "torch.export.ExportedProgram",
+                            symbol_names: dict[str, str] | None = None) -> Graph:
+    """``symbol_names`` renames size symbols in the input types (see ``import_module``)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
     program = program.run_decompositions()
@@ -39,7 +41,8 @@ def import_exported_program(program: "torch.export.ExportedProgram") -> Graph:
         raise ModelLoadError(f"the exported program mutates buffers or inputs "
                              f"({', '.join(mutations)}); export the model in eval mode for "
                              f"inference")
-    imported = import_fx(program.graph_module, frozen=frozen, name=_name_of(program))
+    imported = import_fx(program.graph_module, frozen=frozen, name="main",
+                         symbol_names=symbol_names)
     graph = imported.graph
     graph.metadata["producer"] = f"torch.export (torch {torch.__version__})"
     return graph
@@ -67,10 +70,32 @@ def import_module(module: torch.nn.Module, example_inputs: Sequence[Any], *,
                 raise ModelLoadError(f"torch.export could not export "
                                      f"{type(module).__name__}: {type(error).__name__}: "
                                      f"{error}") from None
-            return import_exported_program(program)
+            return import_exported_program(program, _dim_names(program, dynamic_shapes))
     finally:
         module.train(was_training)
 
 
-def _name_of(program: "torch.export.ExportedProgram") -> str:
-    return "main"
+def _dim_names(program: "torch.export.ExportedProgram", dynamic_shapes: Any
+               ) -> dict[str, str]:
+    """Size symbol -> the name of the ``torch.export.Dim`` the user declared for it."""
+    if dynamic_shapes is None:
+        return {}
+    from torch.export.graph_signature import InputKind
+
+    specs = list(dynamic_shapes.values()) if isinstance(dynamic_shapes, dict) \
+        else list(dynamic_shapes)
+    user_inputs = [spec.arg.name for spec in program.graph_signature.input_specs
+                   if spec.kind == InputKind.USER_INPUT]
+    placeholders = {n.name: n for n in program.graph_module.graph.nodes
+                    if n.op == "placeholder"}
+    names: dict[str, str] = {}
+    for input_name, spec in zip(user_inputs, specs):
+        value = placeholders[input_name].meta.get("val")
+        if not isinstance(spec, dict) or not isinstance(value, torch.Tensor):
+            continue
+        for axis, dim in spec.items():
+            size = value.shape[axis]
+            label = getattr(dim, "__name__", None)
+            if isinstance(size, torch.SymInt) and label:
+                names[str(size.node.expr)] = label
+    return names

@@ -45,22 +45,28 @@ class ImportedGraph:
 
 
 def import_fx(gm: torch.fx.GraphModule, *, frozen: Mapping[str, torch.Tensor] | None = None,
-              name: str = "main", strict: bool = True) -> ImportedGraph:
+              name: str = "main", symbol_names: Mapping[str, str] | None = None
+              ) -> ImportedGraph:
     """Convert an ATen-level GraphModule.
 
     ``frozen`` maps placeholder names to the tensors they always hold (weights): those become
-    constants.  Every node must convert; all that do not are listed in one
-    UnsupportedOpError.
+    constants.  ``symbol_names`` renames size symbols (``s77`` -> ``batch``) in the input
+    types.  Every node must convert; all that do not are listed in one UnsupportedOpError.
     """
     frozen = dict(frozen or {})
     graph = Graph(name=name)
     ctx = ImportContext(graph)
+    ctx.symbol_names = dict(symbol_names or {})
     result = ImportedGraph(graph)
     problems: list[tuple[str, str, str]] = []
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     symbols = _symbol_sources(placeholders, frozen)
 
-    for node in gm.graph.nodes:
+    # Tensors first: a size placeholder is read off a tensor input that may come after it.
+    ordered = sorted(gm.graph.nodes, key=lambda n: not (n.op == "placeholder" and
+                                                        isinstance(n.meta.get("val"),
+                                                                   torch.Tensor)))
+    for node in ordered:
         ctx.current = node
         try:
             if node.op == "placeholder":
@@ -157,6 +163,12 @@ def node_problem(node: torch.fx.Node, frozen: Mapping[str, torch.Tensor] | None 
         ctx.current = node
         output = convert_node(ctx, node)
         outputs = output if isinstance(output, list) else [output]
+        if isinstance(output, list):
+            for user in node.users:
+                index = user.args[1] if target_name(user.target) == "operator.getitem" \
+                    else None
+                if isinstance(index, int) and (index >= len(output) or output[index] is None):
+                    return f"its output {index} is used, and ember does not compute it"
         graph.outputs = list(dict.fromkeys(o for o in outputs if o))
         verify_graph(graph, stage="probe")
         infer_shapes(graph)
@@ -169,14 +181,19 @@ def node_problem(node: torch.fx.Node, frozen: Mapping[str, torch.Tensor] | None 
 
 # ---------------------------------------------------------------------------- inputs
 
-def _shape_of(value: torch.Tensor) -> tuple[Any, ...]:
+def _shape_of(value: torch.Tensor, names: Mapping[str, str] | None = None
+              ) -> tuple[Any, ...]:
+    """Ints, and a symbol per symbolic size (named as the user named it, if known)."""
     dims = []
     for d in value.shape:
         if isinstance(d, int):
             dims.append(int(d))
         else:
             expr = d.node.expr
-            dims.append(sym(str(expr)) if getattr(expr, "is_Symbol", False) else None)
+            if getattr(expr, "is_Symbol", False):
+                dims.append(sym((names or {}).get(str(expr), str(expr))))
+            else:
+                dims.append(None)
     return tuple(dims)
 
 
@@ -206,7 +223,8 @@ def _import_placeholder(ctx: ImportContext, node: torch.fx.Node,
     if isinstance(value, torch.Tensor):
         name = node.name
         graph.inputs.append(name)
-        graph.types[name] = TensorType(ember_dtype(value.dtype), _shape_of(value))
+        graph.types[name] = TensorType(ember_dtype(value.dtype),
+                                       _shape_of(value, ctx.symbol_names))
         ctx.values[node] = name
         result.inputs[node.name] = name
         return

@@ -1,0 +1,181 @@
+"""The ``torch.compile`` backend's contract: registration, fallback, zero-copy tensors,
+training graphs, weight changes, ``ember.explain`` and the AOT path's errors.
+
+The oracle is torch eager throughout.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+
+import ember
+from ember.core.errors import EmberError, UnsupportedOpError
+from ember.torch_backend import REPORTS, explain
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.BatchNorm2d(8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.norm(self.conv(x))).mean((2, 3))
+        return torch.softmax(self.head(y), dim=-1)
+
+
+# An op ember has no converter for: a custom op, defined with torch.library.
+@torch.library.custom_op("ember_test::cube_plus_one", mutates_args=())
+def cube_plus_one(x: torch.Tensor) -> torch.Tensor:
+    return x * x * x + 1
+
+
+@cube_plus_one.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class _WithCustomOp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(cube_plus_one(self.fc(x))) * 2
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_backend_is_registered_by_name() -> None:
+    from torch._dynamo.backends.registry import list_backends, lookup_backend
+
+    assert "ember" in list_backends(exclude_tags=())
+    model = _Block().eval()
+    x = torch.randn(2, 3, 8, 8)
+    start = len(REPORTS)
+    with torch.no_grad():
+        actual = torch.compile(model, backend="ember")(x)
+        expected = model(x)
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+    assert len(REPORTS) > start, "backend='ember' did not reach ember's backend"
+    assert lookup_backend("ember").__name__ == "ember_backend"
+
+
+def test_unsupported_op_falls_back_and_is_reported(caplog) -> None:
+    model = _WithCustomOp().eval()
+    x = torch.randn(3, 6)
+    start = len(REPORTS)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="ember.torch"):
+        actual = torch.compile(model, backend="ember")(x)
+        expected = model(x)
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+    reports = REPORTS.since(start)
+    fallbacks = [f for r in reports for f in r.fallbacks]
+    assert [f.op for f in fallbacks] == ["ember_test.cube_plus_one.default"]
+    assert "no converter" in fallbacks[0].reason
+    assert reports[-1].kernels == 2  # the Linear before the custom op, tanh*2 after it
+    assert "cube_plus_one" in caplog.text
+
+
+def test_explain_lists_graph_breaks_fallbacks_and_flop_share() -> None:
+    class Breaking(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(8, 8)
+            self.fc2 = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.fc1(x)
+            print("a graph break")  # Dynamo cannot trace print: the graph splits here
+            return cube_plus_one(self.fc2(y))
+
+    result = explain(Breaking().eval(), torch.randn(2, 8))
+    assert result.graph_count == 2
+    assert len(result.graph_breaks) == 1 and "print" in result.graph_breaks[0]
+    assert [f.op for f in result.fallbacks] == ["ember_test.cube_plus_one.default"]
+    # both Linear layers are compiled: every FLOP PyTorch's formulas count
+    assert result.flops_total == 2 * (2 * 2 * 8 * 8)
+    assert result.compiled_flop_share == 1.0
+    assert "fell back: ember_test.cube_plus_one.default" in str(result)
+
+
+def test_tensors_cross_without_copies(monkeypatch) -> None:
+    """An input tensor reaches ember's runtime as a view of its memory, and the output tensor
+    is a view of the array the runtime wrote."""
+    from ember.runtime.model import CompiledModel
+
+    seen: dict[str, int] = {}
+    original = CompiledModel._run
+
+    def spy(self, feeds):
+        for array in feeds.values():
+            seen.setdefault("input", array.ctypes.data)
+        outputs = original(self, feeds)
+        seen["output"] = next(iter(outputs.values())).ctypes.data
+        return outputs
+
+    monkeypatch.setattr(CompiledModel, "_run", spy)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU()).eval()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        y = torch.compile(model, backend="ember")(x)
+    assert seen["input"] == x.data_ptr()
+    assert seen["output"] == y.data_ptr()
+
+
+def test_training_graph_runs_in_pytorch_whole(caplog) -> None:
+    model = _Block().train()
+    x = torch.randn(2, 3, 8, 8)
+    start = len(REPORTS)
+    with caplog.at_level(logging.WARNING, logger="ember.torch"):
+        y = torch.compile(model, backend="ember")(x)
+    y.sum().backward()  # autograd still works: PyTorch ran the graph
+    assert model.conv.weight.grad is not None
+    reports = REPORTS.since(start)
+    assert reports and not any(r.compiled for r in reports)
+    assert "training graph" in reports[0].reason and "no_grad" in caplog.text
+
+
+def test_weights_changed_in_place_are_picked_up() -> None:
+    model = nn.Linear(5, 3).eval()
+    compiled = torch.compile(model, backend="ember")
+    x = torch.randn(2, 5)
+    with torch.no_grad():
+        compiled(x)
+        model.weight.mul_(2)  # in place: the frozen copy in ember is stale
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_aot_compile_of_a_module_with_dynamic_batch() -> None:
+    model = _Block().eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    module = ember.compile(model, (torch.randn(2, 3, 8, 8),), dynamic_shapes=({0: batch},))
+    assert "batch" in str(module.graph.types[module.input_names[0]])
+    for size in (1, 5):
+        x = torch.randn(size, 3, 8, 8)
+        with torch.no_grad():
+            expected = model(x).numpy()
+        np.testing.assert_allclose(module(x.numpy()), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_aot_compile_names_every_unsupported_op() -> None:
+    with pytest.raises(UnsupportedOpError) as caught:
+        ember.compile(_WithCustomOp().eval(), (torch.randn(3, 6),))
+    assert "ember_test.cube_plus_one.default" in str(caught.value)
+
+
+def test_aot_compile_needs_example_inputs() -> None:
+    with pytest.raises(EmberError, match="example inputs"):
+        ember.compile(_Block())
