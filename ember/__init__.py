@@ -26,6 +26,7 @@ _LAZY = {
     "EmberError": ("ember.core.errors", "EmberError"),
     "CompileError": ("ember.core.errors", "CompileError"),
     "ReferenceExecutor": ("ember.interp.reference", "ReferenceExecutor"),
+    "explain": ("ember.torch_backend", "explain"),
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

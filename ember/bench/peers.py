@@ -291,8 +291,42 @@ class TorchCompilePeer(Peer):
         return Prepared(run)
 
 
+class EmberTorchCompilePeer(Peer):
+    """``torch.compile`` with ember's backend (static shapes): the torch module itself,
+    through Dynamo and AOT autograd, its ATen graph compiled by ember.  Like inductor, it
+    compiles on the first call, which ``prepare`` makes."""
+
+    name, label = "ember_torch", "ember (torch.compile)"
+    source = "torch"
+    requires = ("torch",)
+
+    def version(self) -> str:
+        import ember
+
+        return ember.__version__
+
+    def prepare(self, workload: Workload) -> Prepared:
+        import torch
+
+        from ember.torch_backend import REPORTS, ember_backend
+
+        torch.set_num_threads(workload.threads)
+        built = _built(workload)
+        start = len(REPORTS)
+        compiled = torch.compile(built.module, backend=ember_backend, dynamic=False,
+                                 options={"threads": workload.threads})
+        run = _torch_runner(compiled)
+        with _fresh_ember_cache(workload.cold_compile):
+            run(built.inputs)  # compiles
+        reports = REPORTS.since(start)
+        fallbacks = [f"{f.op} '{f.node}': {f.reason}" for r in reports for f in r.fallbacks]
+        fallbacks += [f"graph {r.index}: {r.reason}" for r in reports if not r.compiled]
+        return Prepared(run, {"fallbacks": len(fallbacks), "fallback_nodes": fallbacks})
+
+
 # --------------------------------------------------------------------------- registry
 
 
 PEERS: dict[str, type[Peer]] = {peer.name: peer for peer in (
-    EmberPeer, TorchEagerPeer, TorchCompilePeer, OnnxRuntimePeer, OpenVinoPeer)}
+    EmberPeer, TorchEagerPeer, TorchCompilePeer, EmberTorchCompilePeer, OnnxRuntimePeer,
+    OpenVinoPeer)}

@@ -91,13 +91,15 @@ class BackendOptions:
 
     target: str = "native"
     opt_level: int = 2
+    threads: int | None = None  # threads of every compiled part (default: ember's)
 
     @staticmethod
     def parse(options: dict[str, Any]) -> "BackendOptions":
-        unknown = sorted(set(options) - {"target", "opt_level"})
+        known = {"target", "opt_level", "threads"}
+        unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(f"unknown ember backend option(s) {unknown}; known: target, "
-                             f"opt_level")
+            raise ValueError(f"unknown ember backend option(s) {unknown}; known: "
+                             f"{', '.join(sorted(known))}")
         return BackendOptions(**options)
 
 
@@ -234,6 +236,7 @@ class _EmberKernel(torch.nn.Module):
         self.options = BuildOptions(target=Target.parse(settings.target),
                                     opt_level=settings.opt_level)
         self.graph = imported.graph
+        self.threads = settings.threads
         # Sizes that reach this part as plain ints (their tensor is elsewhere in the graph):
         # the part is specialized on their values, as it is on its input shapes.
         self.size_inputs = [name for name in imported.graph.inputs
@@ -259,8 +262,10 @@ class _EmberKernel(torch.nn.Module):
             with self._build_lock:
                 module = self._modules.get(sizes)
                 if module is None:
-                    module = self._modules[sizes] = Module(self._with_sizes(sizes),
-                                                           self.options)
+                    module = Module(self._with_sizes(sizes), self.options)
+                    if self.threads is not None:
+                        module.set_num_threads(self.threads)
+                    self._modules[sizes] = module
         return module
 
     def _with_sizes(self, sizes: tuple[int, ...]) -> Graph:

@@ -218,6 +218,20 @@ class ImportContext:
         return self.add("Squeeze", [shape, self.constant(np.array([0]))])
 
 
+def same_size(a: Any, b: Any) -> bool:
+    """Whether two recorded sizes are known equal (ints, or the same symbolic expression),
+    without asking PyTorch's shape environment, which would add a guard."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
+        return str(a.node.expr) == str(b.node.expr)
+    return False
+
+
+def same_shape(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
+
+
 def static_int(value: Any, what: str) -> int:
     """An argument that must be a plain int at import time."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
