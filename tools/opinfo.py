@@ -4,6 +4,8 @@
     python tools/opinfo.py --samples 1 -j 2      # quicker, in 2 worker processes
     python tools/opinfo.py -k "^nn.functional" -v
     python tools/opinfo.py --json opinfo.json
+    python tools/opinfo.py --samples 1 -j 2 --write-expected
+                                                 # regenerate the suite's expected failures
 
 Prints the number of OpInfos whose samples all pass (compiled by ember, no fallback, outputs
 matching eager; see tests/torch_opinfo/harness.py) and the failures with their first reason.
@@ -41,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every OpInfo")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--write-expected", action="store_true",
+                        help="write tests/torch_opinfo/expected_failures.py from this run's "
+                             "failures (with their reasons)")
     args = parser.parse_args(argv)
 
     import harness
@@ -63,10 +68,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"OpInfos (float32, CPU, {args.samples} samples each): {counts['pass']} pass, "
           f"{counts['fail']} fail, {counts['skipped']} skipped, of {len(results)}; "
           f"{time.time() - started:.0f} s")
+    if args.write_expected:
+        _write_expected([(n, d) for n, s, _, d in results if s == "fail"], args.samples)
     if args.json:
         args.json.write_text(json.dumps([dict(name=n, status=s, samples=c, detail=d)
                                          for n, s, c, d in results], indent=1))
     return 0
+
+
+def _write_expected(failures: list[tuple[str, str]], samples: int) -> None:
+    path = ROOT / "tests" / "torch_opinfo" / "expected_failures.py"
+    lines = ['"""OpInfos that do not pass through ember yet, each with the reason its first failing',
+             f'sample gave (``tools/opinfo.py --samples {samples} --write-expected`` writes this',
+             'file).  "fallback" means an ATen op ran in PyTorch; "error" that compiling or',
+             'tracing failed (a Dynamo graph break under fullgraph=True is one: random ops,',
+             'data-dependent shapes); "mismatch" a wrong result."""', "",
+             "EXPECTED_FAILURES: dict[str, str] = {"]
+    for name, detail in sorted(failures):
+        lines.append(f"    {name!r}: {detail[:160]!r},")
+    lines.append("}")
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {len(failures)} expected failures to {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from ember.torch_backend.backend import REPORTS, GraphReport, ember_backend
 
 
@@ -71,6 +69,7 @@ def format_graph_report(report: GraphReport) -> str:
 def explain(model: Any, *inputs: Any, **kwargs: Any) -> Explanation:
     """Compile ``model`` with the ember backend, run it once on ``inputs``, and report
     graph breaks, fallbacks and the share of FLOPs compiled."""
+    import torch
     import torch._dynamo
 
     # Inference, as the backend compiles it: without autograd.
