@@ -94,6 +94,8 @@ class ImportContext:
         self.value_dtypes: dict[str, DType] = {}
         # size symbol -> the name the user gave it (torch.export's Dim names)
         self.symbol_names: dict[str, str] = {}
+        # size symbol -> (ember value, axis) whose size it is
+        self.symbol_sources: dict[str, tuple[str, int]] = {}
 
     # ------------------------------------------------------------------ building
     def add(self, op: str, inputs: Sequence[str], outputs: int = 1, **attrs: Any
@@ -197,8 +199,33 @@ class ImportContext:
         if isinstance(arg, (int, np.integer)):
             return self.constant(np.array(int(arg), dtype=np.int64))
         if isinstance(arg, torch.SymInt):
-            raise Unsupported("a symbolic size that is not a value of the graph")
+            return self._size_expression(arg.node.expr)
         raise Unsupported(f"expected an integer, got {type(arg).__name__}")
+
+    def _size_expression(self, expr: Any) -> str:
+        """A symbolic size as ember ops over the ``Shape`` of the tensors that carry its
+        symbols (sums and products of symbols and integers)."""
+        if expr.is_Integer:
+            return self.constant(np.array(int(expr), dtype=np.int64))
+        if expr.is_Symbol:
+            source = self.symbol_sources.get(str(expr))
+            if source is None:
+                raise Unsupported(f"size {expr} is not the size of any tensor here")
+            return self.dim_size(*source)
+        if expr.is_Add or expr.is_Mul:
+            op = "Add" if expr.is_Add else "Mul"
+            terms = [self._size_expression(term) for term in expr.args]
+            result = terms[0]
+            for term in terms[1:]:
+                result = self.add(op, [result, term])
+            return result
+        raise Unsupported(f"size expression {expr}")
+
+    def note_symbols(self, name: str, value: torch.Tensor) -> None:
+        """Remember which dims of ember value ``name`` carry which size symbols."""
+        for axis, d in enumerate(value.shape):
+            if isinstance(d, torch.SymInt) and getattr(d.node.expr, "is_Symbol", False):
+                self.symbol_sources.setdefault(str(d.node.expr), (name, axis))
 
     def ints(self, values: Sequence[Any]) -> str:
         """An int list (items may be SymInt nodes) as a 1-D int64 tensor."""

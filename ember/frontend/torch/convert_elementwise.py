@@ -452,3 +452,133 @@ def nan_to_num(ctx: ImportContext, node, x, nan=None, posinf=None, neginf=None) 
                               ctx.scalar(big, dtype), value])
     return ctx.add("Where", [ctx.add("IsInf", [value], detect_positive=0),
                              ctx.scalar(small, dtype), value])
+
+
+# ---------------------------------------------------------------------------- IEEE helpers
+
+_SAME_WIDTH_INT = {DType.FLOAT32: DType.INT32, DType.FLOAT64: DType.INT64,
+                   DType.FLOAT16: DType.INT16, DType.BFLOAT16: DType.INT16}
+
+
+def _sign_bit(ctx: ImportContext, value: str, dtype: DType) -> str:
+    """Whether the sign bit of each element is set: -0.0 and NaNs with the bit included,
+    which no comparison tells apart (the bits, read as a signed integer, are negative)."""
+    if dtype in _SAME_WIDTH_INT:
+        integer = _SAME_WIDTH_INT[dtype]
+        bits = ctx.add("BitCast", [value], to=integer.onnx)
+        return ctx.add("Less", [bits, ctx.scalar(0, integer)])
+    if dtype == DType.BOOL or not dtype.is_signed:
+        return ctx.add("Not", [ctx.add("Equal", [value, value])])  # all false
+    return ctx.add("Less", [value, ctx.scalar(0, dtype)])
+
+
+def signbit(ctx: ImportContext, node, x) -> str:
+    return _sign_bit(ctx, ctx.tensor(x), ctx.torch_dtype(x))
+
+
+def copysign(ctx: ImportContext, node, a, b) -> str:
+    """|a| with the sign bit of b (so -0.0 and -NaN in b give a negative result)."""
+    dtype = ctx.out_dtype()
+    magnitude = ctx.add("Abs", [ctx.tensor_as(a, dtype)])
+    if is_tensor_arg(b):
+        sign_source, sign_dtype = ctx.tensor(b), ctx.torch_dtype(b)
+        if sign_dtype not in _FLOAT_ONLY:  # an integer's sign is its float value's sign
+            sign_source, sign_dtype = ctx.tensor_as(b, dtype), dtype
+    else:
+        sign_source, sign_dtype = ctx.scalar(b, dtype), dtype
+    negative = _sign_bit(ctx, sign_source, sign_dtype)
+    return ctx.add("Where", [negative, ctx.add("Neg", [magnitude]), magnitude])
+
+
+def fmax_fmin(op: str) -> Converter:
+    """fmax/fmin: Max/Min that ignore a NaN operand (NaN only when both are NaN)."""
+
+    def convert(ctx: ImportContext, node, a, b) -> str:
+        compute = promoted(a, b)
+        left, right = ctx.tensor_as(a, compute), ctx.tensor_as(b, compute)
+        if compute == DType.BOOL:
+            return ctx.add("Or" if op == "Max" else "And", [left, right])
+        result = ctx.add(op, [left, right])
+        if compute in _FLOAT_ONLY:
+            result = ctx.add("Where", [ctx.add("IsNaN", [left]), right, result])
+            result = ctx.add("Where", [ctx.add("IsNaN", [right]), left, result])
+        return _finish(ctx, result, compute)
+
+    return convert
+
+
+def hypot(ctx: ImportContext, node, a, b) -> str:
+    """sqrt(a^2 + b^2) without overflow or underflow of the squares: big * sqrt(1 + r^2),
+    r = small / big; 0 when both are 0 and inf when either is inf (even beside a NaN)."""
+    dtype = ctx.out_dtype()
+    if dtype not in _FLOAT_ONLY:
+        raise Unsupported(f"hypot of {dtype}")
+    x = ctx.add("Abs", [ctx.tensor_as(a, dtype)])
+    y = ctx.add("Abs", [ctx.tensor_as(b, dtype)])
+    big, small = ctx.add("Max", [x, y]), ctx.add("Min", [x, y])
+    zero = ctx.scalar(0.0, dtype)
+    is_zero = ctx.add("Equal", [big, zero])
+    ratio = ctx.add("Div", [small, ctx.add("Where", [is_zero, ctx.scalar(1.0, dtype), big])])
+    root = ctx.add("Sqrt", [ctx.add("Add", [ctx.scalar(1.0, dtype),
+                                            ctx.add("Mul", [ratio, ratio])])])
+    result = ctx.add("Mul", [big, root])
+    infinite = ctx.add("Or", [ctx.add("IsInf", [x]), ctx.add("IsInf", [y])])
+    return ctx.add("Where", [infinite, ctx.scalar(float("inf"), dtype), result])
+
+
+def ldexp(ctx: ImportContext, node, a, b) -> str:
+    """a * 2**b."""
+    dtype = ctx.out_dtype()
+    if dtype not in _FLOAT_ONLY:
+        raise Unsupported(f"ldexp of {dtype}")
+    power = ctx.add("Pow", [ctx.scalar(2.0, dtype), ctx.tensor_as(b, dtype)])
+    return ctx.add("Mul", [ctx.tensor_as(a, dtype), power])
+
+
+def angle(ctx: ImportContext, node, x) -> str:
+    """The argument of a real number: pi for negatives, 0 otherwise, NaN for NaN."""
+    dtype = ctx.out_dtype()
+    if dtype not in _FLOAT_ONLY:
+        raise Unsupported(f"angle of {dtype}")
+    value = ctx.tensor_as(x, dtype)
+    negative = ctx.add("Less", [value, ctx.scalar(0.0, dtype)])
+    result = ctx.add("Where", [negative, ctx.scalar(math.pi, dtype), ctx.scalar(0.0, dtype)])
+    return ctx.add("Where", [ctx.add("IsNaN", [value]), value, result])
+
+
+def round_decimals(ctx: ImportContext, node, x, *, decimals=0) -> str:
+    """round(x * 10^d) / 10^d, as PyTorch computes it (dividing by 10^-d for a negative d,
+    so that the scale is an exact integer)."""
+    dtype = ctx.out_dtype()
+    if dtype not in _FLOAT_ONLY:
+        raise Unsupported(f"round with decimals of {dtype}")
+    value = ctx.tensor_as(x, dtype)
+    if decimals == 0:
+        return ctx.add("Round", [value])
+    scale = ctx.scalar(10.0 ** abs(decimals), dtype)
+    if decimals > 0:
+        return ctx.add("Div", [ctx.add("Round", [ctx.add("Mul", [value, scale])]), scale])
+    return ctx.add("Mul", [ctx.add("Round", [ctx.add("Div", [value, scale])]), scale])
+
+
+def nextafter(ctx: ImportContext, node, a, b) -> str:
+    """The next float after a toward b: the bits of a, as a sign-magnitude integer, step by
+    one away from zero or toward it; from 0 the step is the smallest subnormal of b's
+    sign; equal operands give b and a NaN operand NaN."""
+    dtype = ctx.out_dtype()
+    if dtype not in _SAME_WIDTH_INT:
+        raise Unsupported(f"nextafter of {dtype}")
+    integer = _SAME_WIDTH_INT[dtype]
+    x, y = ctx.tensor_as(a, dtype), ctx.tensor_as(b, dtype)
+    zero = ctx.scalar(0.0, dtype)
+    bits = ctx.add("BitCast", [x], to=integer.onnx)
+    one = ctx.scalar(1, integer)
+    away = ctx.add("Equal", [ctx.add("Less", [x, y]), ctx.add("Greater", [x, zero])])
+    stepped = ctx.add("Where", [away, ctx.add("Add", [bits, one]), ctx.add("Sub", [bits, one])])
+    result = ctx.add("BitCast", [stepped], to=dtype.onnx)
+    tiny = ctx.add("BitCast", [ctx.add("Identity", [one])], to=dtype.onnx)
+    from_zero = ctx.add("Where", [ctx.add("Less", [y, zero]), ctx.add("Neg", [tiny]), tiny])
+    result = ctx.add("Where", [ctx.add("Equal", [x, zero]), from_zero, result])
+    result = ctx.add("Where", [ctx.add("Equal", [x, y]), y, result])
+    unordered = ctx.add("Or", [ctx.add("IsNaN", [x]), ctx.add("IsNaN", [y])])
+    return ctx.add("Where", [unordered, ctx.add("Add", [x, y]), result])

@@ -13,6 +13,8 @@ import numpy as np
 from ember.core.dtypes import DType
 from ember.frontend.torch.context import ImportContext, Unsupported, static_int, static_ints
 
+_FLOATS = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.BFLOAT16)
+
 
 def _axes(ctx: ImportContext, x, dims) -> list[int]:
     rank = ctx.rank(x)
@@ -194,23 +196,288 @@ def sort(ctx: ImportContext, node, x, dim=-1, descending=False, stable=None) -> 
     return [values, indices]
 
 
+def sort_stable(ctx: ImportContext, node, x, *, stable=None, dim=-1, descending=False
+                ) -> list[str]:
+    """sort.stable: TopK keeps tied values in index order, ascending or descending, which is
+    what a stable sort gives."""
+    return sort(ctx, node, x, dim, descending)
+
+
 def norm(ctx: ImportContext, node, x, p=2, dims=None, keepdim=False, *, dtype=None) -> str:
-    """linalg_vector_norm with p in {1, 2, inf, -inf} (others run in PyTorch)."""
+    """linalg_vector_norm of any order p."""
     out = ctx.out_dtype()
-    value = ctx.tensor_as(x, out)
+    if out not in _FLOATS:
+        raise Unsupported(f"vector norm of {out}")
     if isinstance(dims, int):
         dims = [dims]
-    axes = _axes(ctx, x, dims)
+    return vector_norm(ctx, ctx.tensor_as(x, out), _axes(ctx, x, dims), p, keepdim, out)
+
+
+def vector_norm(ctx: ImportContext, value: str, axes: list[int], p: Any, keepdim: bool,
+                dtype: DType) -> str:
+    """The p-norm of ``value`` over ``axes``: (sum |x|^p)^(1/p), with the limits p = inf
+    (max |x|), -inf (min |x|) and 0 (the count of non-zeros).  No axes (a 0-d input) is
+    the norm of each element alone."""
+    p = float(p)
+    magnitude = ctx.add("Abs", [value])
+    if p == 0:
+        nonzero = ctx.add("Not", [ctx.add("Equal", [value, ctx.scalar(0, dtype)])])
+        return _reduce(ctx, "ReduceSum", ctx.cast(nonzero, dtype, DType.BOOL), axes, keepdim)
+    if not axes:
+        return ctx.add("Identity", [magnitude])
     if p == 2:
         return _reduce(ctx, "ReduceL2", value, axes, keepdim)
     if p == 1:
         return _reduce(ctx, "ReduceL1", value, axes, keepdim)
     if p == float("inf"):
-        return _reduce(ctx, "ReduceMax", ctx.add("Abs", [value]), axes, keepdim)
+        return _reduce(ctx, "ReduceMax", magnitude, axes, keepdim)
     if p == float("-inf"):
-        return _reduce(ctx, "ReduceMin", ctx.add("Abs", [value]), axes, keepdim)
-    raise Unsupported(f"vector norm of order {p}")
+        return _reduce(ctx, "ReduceMin", magnitude, axes, keepdim)
+    powers = ctx.add("Pow", [magnitude, ctx.scalar(p, dtype)])
+    total = _reduce(ctx, "ReduceSum", powers, axes, keepdim)
+    return ctx.add("Pow", [total, ctx.scalar(1.0 / p, dtype)])
+
+
+def dist(ctx: ImportContext, node, a, b, p=2) -> str:
+    """The p-norm of a - b (broadcast), over every element."""
+    out = ctx.out_dtype()
+    if out not in _FLOATS:
+        raise Unsupported(f"dist of {out}")
+    difference = ctx.add("Sub", [ctx.tensor_as(a, out), ctx.tensor_as(b, out)])
+    rank = max(ctx.rank(a), ctx.rank(b))
+    return vector_norm(ctx, difference, list(range(rank)), p, False, out)
 
 
 def mean_any(ctx: ImportContext, node, x, *args: Any, **kwargs: Any) -> str:
     return reduction("ReduceMean")(ctx, node, x, *args, **kwargs)
+
+
+# ---------------------------------------------------------------------------- scans by doubling
+
+def _scan_by_doubling(ctx: ImportContext, values: list[str], axis: int, length: int,
+                      combine) -> list[str]:
+    """An inclusive scan along ``axis`` (static ``length``) with an associative
+    ``combine(earlier, later)`` of tuples of values: log2(length) rounds in which every
+    position combines with the one ``step`` before it (Hillis and Steele)."""
+    axes = ctx.constant(np.array([axis], dtype=np.int64))
+
+    def part(value: str, start: int, end: int) -> str:
+        return ctx.add("Slice", [value, ctx.constant(np.array([start], dtype=np.int64)),
+                                 ctx.constant(np.array([end], dtype=np.int64)), axes])
+
+    step = 1
+    while step < length:
+        heads = [part(v, 0, step) for v in values]
+        combined = combine([part(v, 0, length - step) for v in values],
+                           [part(v, step, length) for v in values])
+        values = [ctx.add("Concat", [head, tail], axis=axis)
+                  for head, tail in zip(heads, combined)]
+        step *= 2
+    return values
+
+
+def _scan_axis(ctx: ImportContext, x, dim) -> tuple[int, int]:
+    shape = ctx.static_shape(x)
+    if not shape:
+        return 0, 1
+    axis = static_int(dim, "scan dim") % len(shape)
+    return axis, shape[axis]
+
+
+def logcumsumexp(ctx: ImportContext, node, x, dim) -> str:
+    """log(cumsum(exp(x))) without overflow: a scan of logaddexp(a, b) = max + log(1 +
+    exp(-|a - b|)), which is exact for infinite operands too."""
+    dtype = ctx.out_dtype()
+    if dtype not in _FLOATS:
+        raise Unsupported(f"logcumsumexp of {dtype}")
+    value = ctx.tensor_as(x, dtype)
+    if ctx.rank(x) == 0:
+        return ctx.add("Identity", [value])
+    axis, length = _scan_axis(ctx, x, dim)
+
+    def combine(earlier: list[str], later: list[str]) -> list[str]:
+        a, b = earlier[0], later[0]
+        big = ctx.add("Max", [a, b])
+        gap = ctx.add("Neg", [ctx.add("Abs", [ctx.add("Sub", [a, b])])])
+        summed = ctx.add("Add", [big, ctx.add("Log", [
+            ctx.add("Add", [ctx.scalar(1.0, dtype), ctx.add("Exp", [gap])])])])
+        # an infinite maximum is the result (inf - inf would make the gap NaN)
+        return [ctx.add("Where", [ctx.add("IsInf", [big]), big, summed])]
+
+    return _scan_by_doubling(ctx, [value], axis, length, combine)[0]
+
+
+def cummax_cummin(compare: str):
+    """cummax/cummin: the running extreme and the index where it was last reached (ties take
+    the later index); a NaN wins over every number and the latest NaN over earlier ones."""
+
+    def convert(ctx: ImportContext, node, x, dim) -> list[str]:
+        dtype = ctx.torch_dtype(x)
+        value = ctx.tensor(x)
+        if ctx.rank(x) == 0:
+            return [ctx.add("Identity", [value]),
+                    ctx.constant(np.array(0, dtype=np.int64))]
+        shape = ctx.static_shape(x)
+        axis, length = _scan_axis(ctx, x, dim)
+        positions = np.arange(length, dtype=np.int64).reshape(
+            [length if a == axis else 1 for a in range(len(shape))])
+        index = ctx.add("Expand", [ctx.constant(positions),
+                                   ctx.constant(np.array(shape, dtype=np.int64))])
+        compare_value = value
+        if dtype == DType.BOOL:
+            compare_value = ctx.cast(value, DType.INT32, DType.BOOL)
+        floats = dtype in _FLOATS
+
+        def combine(earlier: list[str], later: list[str]) -> list[str]:
+            take_later = ctx.add(compare, [later[0], earlier[0]])
+            if floats:
+                earlier_nan = ctx.add("IsNaN", [earlier[0]])
+                take_later = ctx.add("And", [take_later, ctx.add("Not", [earlier_nan])])
+                take_later = ctx.add("Or", [take_later, ctx.add("IsNaN", [later[0]])])
+            return [ctx.add("Where", [take_later, l, e]) for e, l in zip(earlier, later)]
+
+        values, indices = _scan_by_doubling(ctx, [compare_value, index], axis, length, combine)
+        return [ctx.cast(values, dtype), indices]
+
+    return convert
+
+
+# ---------------------------------------------------------------------------- order statistics
+
+def _sorted_along(ctx: ImportContext, value: str, axis: int, count: int) -> list[str]:
+    """The ``count`` smallest values along ``axis`` in ascending order (NaN last), with
+    their indices."""
+    k = ctx.constant(np.array([count], dtype=np.int64))
+    return ctx.add("TopK", [value, k], outputs=2, axis=axis, largest=0, sorted=1)
+
+
+def _pick(ctx: ImportContext, value: str, axis: int, position: int, keepdim: bool) -> str:
+    index = np.array([position] if keepdim else position, dtype=np.int64)
+    return ctx.add("Gather", [value, ctx.constant(index)], axis=axis)
+
+
+def kthvalue(ctx: ImportContext, node, x, k, dim=-1, keepdim=False) -> list[str]:
+    """The k-th smallest value along ``dim`` and its index (NaN counts as the largest)."""
+    k = static_int(k, "kthvalue k")
+    value = ctx.tensor(x)
+    if ctx.rank(x) == 0:
+        if k != 1:
+            raise Unsupported(f"kthvalue k={k} of a 0-d tensor")
+        return [ctx.add("Identity", [value]), ctx.constant(np.array(0, dtype=np.int64))]
+    axis, length = _scan_axis(ctx, x, dim)
+    if not 1 <= k <= length:
+        raise Unsupported(f"kthvalue k={k} out of range for size {length}")
+    values, indices = _sorted_along(ctx, value, axis, k)
+    return [_pick(ctx, values, axis, k - 1, keepdim), _pick(ctx, indices, axis, k - 1, keepdim)]
+
+
+def median_all(ignore_nan: bool):
+    """median()/nanmedian() of every element: the lower median of the sorted values; with a
+    NaN median gives NaN, nanmedian the median of the other values."""
+
+    def convert(ctx: ImportContext, node, x) -> str:
+        numel = int(np.prod(ctx.static_shape(x)))
+        if numel == 0:
+            raise Unsupported("median of an empty tensor")
+        flat = ctx.add("Reshape", [ctx.tensor(x), ctx.ints([-1])])
+        values, indices = _median_along(ctx, flat, 0, numel, ignore_nan, ctx.torch_dtype(x),
+                                        keepdim=False)
+        return values
+
+    return convert
+
+
+def median_dim(ignore_nan: bool):
+    def convert(ctx: ImportContext, node, x, dim=-1, keepdim=False) -> list[str]:
+        value = ctx.tensor(x)
+        if ctx.rank(x) == 0:
+            return [ctx.add("Identity", [value]), ctx.constant(np.array(0, dtype=np.int64))]
+        axis, length = _scan_axis(ctx, x, dim)
+        if length == 0:
+            raise Unsupported("median along an empty dim")
+        return _median_along(ctx, value, axis, length, ignore_nan, ctx.torch_dtype(x),
+                             bool(keepdim))
+
+    return convert
+
+
+def _median_along(ctx: ImportContext, value: str, axis: int, length: int, ignore_nan: bool,
+                  dtype: DType, keepdim: bool) -> list[str]:
+    values, indices = _sorted_along(ctx, value, axis, length)
+    if dtype not in _FLOATS:
+        position = (length - 1) // 2
+        return [_pick(ctx, values, axis, position, keepdim),
+                _pick(ctx, indices, axis, position, keepdim)]
+    is_nan = ctx.add("IsNaN", [value])
+    axes = ctx.constant(np.array([axis], dtype=np.int64))
+    if ignore_nan:
+        # the lower median of the values that are not NaN (they sort first); all NaN: NaN
+        # (the count is halved in float64, exactly: ember's compiler fails on an integer
+        # Div fused after a ReduceSum)
+        valid = ctx.add("ReduceSum", [ctx.cast(ctx.add("Not", [is_nan]), DType.FLOAT64,
+                                               DType.BOOL), axes], keepdims=1)
+        half = ctx.add("Mul", [ctx.add("Sub", [valid, ctx.scalar(1.0, DType.FLOAT64)]),
+                               ctx.scalar(0.5, DType.FLOAT64)])
+        position = ctx.add("Max", [ctx.cast(ctx.add("Floor", [half]), DType.INT64,
+                                            DType.FLOAT64), ctx.scalar(0, DType.INT64)])
+        picked = [ctx.add("GatherElements", [values, position], axis=axis),
+                  ctx.add("GatherElements", [indices, position], axis=axis)]
+        if not keepdim:
+            picked = [ctx.add("Squeeze", [p, axes]) for p in picked]
+        return picked
+    position = (length - 1) // 2
+    median = _pick(ctx, values, axis, position, keepdim)
+    index = _pick(ctx, indices, axis, position, keepdim)
+    # any NaN makes the median NaN, at the index of the first NaN
+    nan_flags = ctx.cast(is_nan, DType.INT32, DType.BOOL)
+    has_nan = ctx.add("Greater", [ctx.add("ReduceMax", [nan_flags, axes],
+                                          keepdims=int(keepdim)), ctx.scalar(0, DType.INT32)])
+    first_nan = ctx.add("ArgMax", [nan_flags], axis=axis, keepdims=int(keepdim))
+    return [ctx.add("Where", [has_nan, ctx.scalar(float("nan"), dtype), median]),
+            ctx.add("Where", [has_nan, first_nan, index])]
+
+
+# ---------------------------------------------------------------------------- binary search
+
+def searchsorted(ctx: ImportContext, node, sorted_sequence, values, *, out_int32=False,
+                 right=False, side=None, sorter=None) -> str:
+    """The insertion points of ``values`` in the sorted last dim of ``sorted_sequence`` (one
+    1-D sequence for all values, or one per leading index): how many entries are before
+    each value, counted by comparing with all of them.  The count is of the entries for
+    which PyTorch's binary search moves right, !(entry >= value) (or !(entry > value) for
+    the right side), so a NaN value goes after everything."""
+    from ember.frontend.torch.convert_elementwise import promoted
+
+    right = bool(right) or side == "right"
+    compute = promoted(sorted_sequence, values)
+    sequence = ctx.tensor_as(sorted_sequence, compute)
+    if sorter is not None:
+        sequence = ctx.add("GatherElements", [sequence, ctx.tensor_as(sorter, DType.INT64)],
+                           axis=-1)
+    value = ctx.tensor_as(values, compute)
+    value_rank = ctx.rank(values) if not isinstance(values, (int, float)) else 0
+    if ctx.rank(sorted_sequence) == 1:
+        # every value against the one sequence: values[..., None] vs sequence[M]
+        if value_rank == 0:
+            value = ctx.add("Reshape", [value, ctx.ints([1])])
+        else:
+            value = ctx.add("Unsqueeze", [value, ctx.constant(np.array([-1], dtype=np.int64))])
+    else:
+        # values[..., K, None] vs sequence[..., None, M]
+        value = ctx.add("Unsqueeze", [value, ctx.constant(np.array([-1], dtype=np.int64))])
+        sequence = ctx.add("Unsqueeze", [sequence,
+                                         ctx.constant(np.array([-2], dtype=np.int64))])
+    passed = ctx.add("Greater" if right else "GreaterOrEqual", [sequence, value])
+    before = ctx.cast(ctx.add("Not", [passed]), DType.INT64, DType.BOOL)
+    scalar_result = ctx.rank(sorted_sequence) == 1 and value_rank == 0
+    counts = ctx.add("ReduceSum", [before, ctx.constant(np.array([-1], dtype=np.int64))],
+                     keepdims=0)
+    if scalar_result:  # a scalar value: a 0-d result
+        counts = ctx.add("Reshape", [counts, ctx.ints([])])
+    return ctx.cast(counts, ctx.out_dtype(), DType.INT64)
+
+
+def bucketize(ctx: ImportContext, node, values, boundaries, *, out_int32=False, right=False
+              ) -> str:
+    """bucketize is searchsorted with the arguments swapped (1-D boundaries)."""
+    return searchsorted(ctx, node, boundaries, values, out_int32=out_int32, right=right)

@@ -15,6 +15,7 @@ import torch
 
 from ember.core.dtypes import DType
 from ember.frontend.torch.context import (INT64_MAX, ImportContext, Unsupported, ember_dtype,
+                                          same_size,
                                           is_tensor_arg, meta_value, static_int, static_ints)
 
 
@@ -254,19 +255,20 @@ def gather(ctx: ImportContext, node, x, dim, index, *, sparse_grad=False) -> str
     rank = ctx.rank(x)
     if rank == 0:
         raise Unsupported("gather on a 0-d tensor")
-    if ctx.shape(index) != ctx.shape(x) and len(ctx.shape(index)) != rank:
+    index_shape, data_shape = ctx.shape(index), ctx.shape(x)
+    if len(index_shape) != rank:
         raise Unsupported("gather with an index of another rank")
-    if any(i != d for i, d in zip(ctx.shape(index), ctx.shape(x))):
-        # torch lets the index be smaller than the input in the non-gathered dims: slice
-        # the input down to it first.
-        index_shape = ctx.static_shape(index)
-        axis = _axis(dim, rank)
-        axes = [a for a in range(rank) if a != axis]
-        data = ctx.add("Slice", [ctx.tensor(x), ctx.ints([0] * len(axes)),
-                                 ctx.ints([index_shape[a] for a in axes]),
+    axis = _axis(dim, rank)
+    # torch lets the index be smaller than the input in the non-gathered dims: slice the
+    # input down to it first.
+    axes = [a for a in range(rank) if a != axis and not same_size(index_shape[a],
+                                                                   data_shape[a])]
+    data = ctx.tensor(x)
+    if axes:
+        ends = ctx.add("Gather", [ctx.add("Shape", [ctx.tensor(index)]),
+                                  _axes_tensor(ctx, axes)], axis=0)
+        data = ctx.add("Slice", [data, ctx.ints([0] * len(axes)), ends,
                                  _axes_tensor(ctx, axes)])
-    else:
-        data = ctx.tensor(x)
     return ctx.add("GatherElements", [data, ctx.tensor_as(index, DType.INT64)],
                    axis=_axis(dim, rank))
 
@@ -276,41 +278,13 @@ def embedding(ctx: ImportContext, node, weight, indices, padding_idx=-1,
     return ctx.add("Gather", [ctx.tensor(weight), ctx.tensor_as(indices, DType.INT64)], axis=0)
 
 
-def index(ctx: ImportContext, node, x, indices) -> str:
-    """``x[..., idx, ...]`` with index tensors: one index is a Gather; several broadcast
-    together and become a GatherND over the leading indexed dims."""
-    indices = list(indices)
-    positions = [i for i, idx in enumerate(indices) if idx is not None]
-    if not positions:
-        return ctx.add("Identity", [ctx.tensor(x)])
-    if any(ctx.torch_dtype(indices[i]) == DType.BOOL for i in positions):
-        raise Unsupported("boolean mask indexing (its result shape depends on the values)")
-    if len(positions) == 1:
-        axis = positions[0]
-        return ctx.add("Gather", [ctx.tensor(x), ctx.tensor_as(indices[axis], DType.INT64)],
-                       axis=axis)
-    if positions != list(range(len(positions))):
-        raise Unsupported("index tensors that are not the leading dims")
-    shape = ctx.shape(x)
-    index_shape = torch.broadcast_shapes(*[ctx.shape(indices[i]) for i in positions])
-    pieces = []
-    for i in positions:
-        value = ctx.tensor_as(indices[i], DType.INT64)
-        # negative indices count from the end, as in Gather
-        size = ctx.dim_size(ctx.tensor(x), i)
-        negative = ctx.add("Less", [value, ctx.scalar(0, DType.INT64)])
-        value = ctx.add("Where", [negative, ctx.add("Add", [value, size]), value])
-        value = ctx.add("Expand", [value, ctx.ints(list(index_shape))])
-        pieces.append(ctx.add("Unsqueeze", [value, _axes_tensor(ctx, [-1])]))
-    stacked = ctx.add("Concat", pieces, axis=-1)
-    del shape
-    return ctx.add("GatherND", [ctx.tensor(x), stacked])
-
-
 def scatter(ctx: ImportContext, node, x, dim, index, src, *, reduce=None) -> str:
-    if reduce is not None:
+    """scatter.src/.value, and scatter.reduce/.value_reduce with reduce 'add' or
+    'multiply'."""
+    modes = {None: "none", "add": "add", "multiply": "mul"}
+    if reduce not in modes:
         raise Unsupported(f"scatter reduce={reduce!r}")
-    return _scatter(ctx, x, dim, index, src, "none")
+    return _scatter(ctx, x, dim, index, src, modes[reduce])
 
 
 def scatter_add(ctx: ImportContext, node, x, dim, index, src) -> str:
@@ -319,17 +293,65 @@ def scatter_add(ctx: ImportContext, node, x, dim, index, src) -> str:
 
 def scatter_reduce(ctx: ImportContext, node, x, dim, index, src, reduce, *,
                    include_self=True) -> str:
-    modes = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
-    if reduce not in modes or not include_self:
-        raise Unsupported(f"scatter_reduce reduce={reduce!r} include_self={include_self}")
-    return _scatter(ctx, x, dim, index, src, modes[reduce])
-
-
-def _scatter(ctx: ImportContext, x, dim, index, src, reduction: str) -> str:
     rank = ctx.rank(x)
     if rank == 0:
         raise Unsupported("scatter into a 0-d tensor")
     dtype = ctx.out_dtype()
+    updates = _scatter_updates(ctx, index, src, rank, dtype)
+    return scatter_reduce_values(ctx, ctx.tensor_as(x, dtype), _axis(dim, rank),
+                                 ctx.tensor_as(index, DType.INT64), updates, reduce,
+                                 include_self)
+
+
+def scatter_reduce_values(ctx: ImportContext, data: str, axis: int, positions: str,
+                          updates: str, reduce: str, include_self: bool) -> str:
+    """scatter_reduce of ``updates`` (shaped like ``positions``) into ``data``, ember values
+    of the output's type.
+
+    Without ``include_self``, the positions that receive updates first get the reduction's
+    identity (0, 1, the lowest or highest value), so only the updates combine there.  The
+    mean divides the sums by the counts of what was summed (1 where nothing was scattered),
+    with floor division for integers, as PyTorch does."""
+    modes = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min", "mean": "add"}
+    if reduce not in modes:
+        raise Unsupported(f"scatter_reduce reduce={reduce!r}")
+    dtype = ctx.out_dtype()
+    if dtype == DType.BOOL:
+        raise Unsupported("scatter_reduce of bools")
+    shape_of_updates = ctx.add("Shape", [updates])
+    if not include_self:
+        identity = {"sum": 0, "mean": 0, "prod": 1, "amax": _lowest(dtype),
+                    "amin": _highest(dtype)}[reduce]
+        fill = ctx.add("Expand", [ctx.scalar(identity, dtype), shape_of_updates])
+        data = ctx.add("ScatterElements", [data, positions, fill], axis=axis)
+    result = ctx.add("ScatterElements", [data, positions, updates], axis=axis,
+                     reduction=modes[reduce])
+    if reduce != "mean":
+        return result
+    ones = ctx.add("Expand", [ctx.scalar(1, dtype), shape_of_updates])
+    counts = ctx.add("Expand", [ctx.scalar(1, dtype), ctx.add("Shape", [data])])
+    if not include_self:
+        zeros = ctx.add("Expand", [ctx.scalar(0, dtype), shape_of_updates])
+        counts = ctx.add("ScatterElements", [counts, positions, zeros], axis=axis)
+    counts = ctx.add("ScatterElements", [counts, positions, ones], axis=axis, reduction="add")
+    counts = ctx.add("Max", [counts, ctx.scalar(1, dtype)])  # nothing summed: keep x
+    if dtype.is_float:
+        return ctx.add("Div", [result, counts])
+    remainder = ctx.add("Mod", [result, counts], fmod=0)
+    return ctx.add("Div", [ctx.add("Sub", [result, remainder]), counts])
+
+
+def _lowest(dtype: DType) -> Any:
+    return float("-inf") if dtype.is_float else int(np.iinfo(dtype.numpy).min)
+
+
+def _highest(dtype: DType) -> Any:
+    return float("inf") if dtype.is_float else int(np.iinfo(dtype.numpy).max)
+
+
+def _scatter_updates(ctx: ImportContext, index, src, rank: int, dtype: DType) -> str:
+    """``src`` shaped like ``index``: torch lets a src tensor be larger (only its leading
+    part is used) and a scalar src is broadcast."""
     updates = ctx.tensor_as(src, dtype)
     if not is_tensor_arg(src) or ctx.shape(src) != ctx.shape(index):
         if is_tensor_arg(src) and any(i != s for i, s in zip(ctx.shape(index), ctx.shape(src))):
@@ -338,6 +360,15 @@ def _scatter(ctx: ImportContext, x, dim, index, src, reduction: str) -> str:
                                         _axes_tensor(ctx, list(range(rank)))])
         else:
             updates = ctx.add("Expand", [updates, ctx.ints(list(ctx.shape(index)))])
+    return updates
+
+
+def _scatter(ctx: ImportContext, x, dim, index, src, reduction: str) -> str:
+    rank = ctx.rank(x)
+    if rank == 0:
+        raise Unsupported("scatter into a 0-d tensor")
+    dtype = ctx.out_dtype()
+    updates = _scatter_updates(ctx, index, src, rank, dtype)
     return ctx.add("ScatterElements", [ctx.tensor_as(x, dtype),
                                        ctx.tensor_as(index, DType.INT64), updates],
                    axis=_axis(dim, rank), reduction=reduction)
@@ -382,6 +413,16 @@ def new_filled(value: Any | None):
         fill_value = args[0] if value is None else value
         return _fill(ctx, list(size), fill_value, ctx.out_dtype())
     return convert
+
+
+def empty_shaped(ctx: ImportContext, node, size, *args, **kwargs) -> str:
+    """empty_strided/empty_permuted: zeros (the values are unspecified, the strides and
+    memory layout do not change them)."""
+    return _fill(ctx, list(size), 0, ctx.out_dtype())
+
+
+def new_empty_strided(ctx: ImportContext, node, x, size, *args, **kwargs) -> str:
+    return _fill(ctx, list(size), 0, ctx.out_dtype())
 
 
 def fill(ctx: ImportContext, node, x, value) -> str:

@@ -142,6 +142,7 @@ def node_problem(node: torch.fx.Node, frozen: Mapping[str, torch.Tensor] | None 
                 graph.inputs.append(name)
                 graph.types[name] = TensorType(ember_dtype(value.dtype), _shape_of(value))
                 ctx.values[arg] = name
+                ctx.note_symbols(name, value)
             elif isinstance(value, (torch.SymInt, int)):
                 name = graph.fresh_name("size")
                 graph.inputs.append(name)
@@ -226,6 +227,7 @@ def _import_placeholder(ctx: ImportContext, node: torch.fx.Node,
         graph.types[name] = TensorType(ember_dtype(value.dtype),
                                        _shape_of(value, ctx.symbol_names))
         ctx.values[node] = name
+        ctx.note_symbols(name, value)
         result.inputs[node.name] = name
         return
     if isinstance(value, torch.SymInt) and str(value.node.expr) in symbols:
