@@ -379,42 +379,38 @@ def unfold(ctx: ImportContext, node, x, dim, size, step) -> str:
 def as_strided(ctx: ImportContext, node, x, size, stride, storage_offset=None) -> str:
     """as_strided over the input's storage, which is its flattened values when PyTorch
     recorded the input as contiguous at offset 0; a view of other memory runs in PyTorch."""
-    value = _meta(x)
-    if not value.is_contiguous() or value.storage_offset() != 0:
-        raise Unsupported("as_strided of a tensor that is not contiguous from offset 0")
-    sizes = static_ints(size, "as_strided size")
-    strides = static_ints(stride, "as_strided stride")
-    offset = 0 if storage_offset is None else static_int(storage_offset, "storage offset")
-    numel = int(np.prod(_static_sizes(ctx.shape(x), "as_strided")))
-    positions = np.full(sizes, offset, dtype=np.int64)
-    for axis, (n, s) in enumerate(zip(sizes, strides)):
-        shape = [1] * len(sizes)
-        shape[axis] = n
-        positions = positions + (np.arange(n, dtype=np.int64) * s).reshape(shape)
-    if positions.size and (positions.max() >= numel or positions.min() < 0):
-        raise Unsupported("as_strided reaching past the input's elements")
+    positions = _strided_positions(ctx, x, size, stride, storage_offset, "as_strided")
     flat = ctx.add("Reshape", [ctx.tensor(x), ctx.ints([-1])])
     return ctx.add("Gather", [flat, ctx.constant(positions)], axis=0)
 
 
-def as_strided_scatter(ctx: ImportContext, node, x, src, size, stride, storage_offset=None
-                       ) -> str:
+def _strided_positions(ctx: ImportContext, x, size, stride, storage_offset, what: str
+                       ) -> np.ndarray:
+    """The flat element positions an as_strided view of ``x`` reads, checked to stay within
+    its elements (``x`` must be recorded contiguous from offset 0)."""
     value = _meta(x)
     if not value.is_contiguous() or value.storage_offset() != 0:
-        raise Unsupported("as_strided_scatter of a tensor that is not contiguous")
-    dtype = ctx.out_dtype()
+        raise Unsupported(f"{what} of a tensor that is not contiguous from offset 0")
     sizes = static_ints(size, "as_strided size")
     strides = static_ints(stride, "as_strided stride")
     offset = 0 if storage_offset is None else static_int(storage_offset, "storage offset")
-    shape = _static_sizes(ctx.shape(x), "as_strided_scatter")
-    numel = int(np.prod(shape))
+    numel = int(np.prod(_static_sizes(ctx.shape(x), what)))
     positions = np.full(sizes, offset, dtype=np.int64)
     for axis, (n, s) in enumerate(zip(sizes, strides)):
         view = [1] * len(sizes)
         view[axis] = n
         positions = positions + (np.arange(n, dtype=np.int64) * s).reshape(view)
     if positions.size and (positions.max() >= numel or positions.min() < 0):
-        raise Unsupported("as_strided_scatter reaching past the input's elements")
+        raise Unsupported(f"{what} reaching past the input's elements")
+    return positions
+
+
+def as_strided_scatter(ctx: ImportContext, node, x, src, size, stride, storage_offset=None
+                       ) -> str:
+    dtype = ctx.out_dtype()
+    positions = _strided_positions(ctx, x, size, stride, storage_offset,
+                                   "as_strided_scatter")
+    shape = _static_sizes(ctx.shape(x), "as_strided_scatter")
     if len(np.unique(positions)) != positions.size:
         raise Unsupported("as_strided_scatter onto overlapping positions")
     flat = ctx.add("Reshape", [ctx.tensor_as(x, dtype), ctx.ints([-1])])
