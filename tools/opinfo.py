@@ -8,7 +8,7 @@
                                                  # regenerate the suite's expected failures
 
 Prints the number of OpInfos whose samples all pass (compiled by ember, no fallback, outputs
-matching eager; see tests/torch_opinfo/harness.py) and the failures with their first reason.
+matching eager; see tests/torch_opinfo/opinfo_harness.py) and the failures with their first reason.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests" / "torch_opinfo"))
 
 
 def _run(args: tuple[str, int]) -> tuple[str, str, int, str]:
-    import harness
+    import opinfo_harness as harness
 
     name, limit = args
     ops = {harness.op_name(op): op for op in harness.float32_ops()}
@@ -44,11 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="print every OpInfo")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--write-expected", action="store_true",
-                        help="write tests/torch_opinfo/expected_failures.py from this run's "
+                        help="write tests/torch_opinfo/opinfo_expected_failures.py from this run's "
                              "failures (with their reasons)")
     args = parser.parse_args(argv)
 
-    import harness
+    import opinfo_harness as harness
 
     names = [harness.op_name(op) for op in harness.float32_ops()]
     if args.pattern:
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write_expected(failures: list[tuple[str, str]], samples: int) -> None:
-    path = ROOT / "tests" / "torch_opinfo" / "expected_failures.py"
+    path = ROOT / "tests" / "torch_opinfo" / "opinfo_expected_failures.py"
     lines = ['"""OpInfos that do not pass through ember yet, each with the reason its first failing',
              f'sample gave (``tools/opinfo.py --samples {samples} --write-expected`` writes this',
              'file).  "fallback" means an ATen op ran in PyTorch; "error" that compiling or',
