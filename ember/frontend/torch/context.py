@@ -89,9 +89,6 @@ class ImportContext:
         # nodes map to a list of names (None where an output is not produced).
         self.values: dict[torch.fx.Node, Any] = {}
         self.current: torch.fx.Node | None = None
-        # Element type of every converted FX output, by ember name (shape inference runs
-        # only once the whole graph is built).
-        self.value_dtypes: dict[str, DType] = {}
         # size symbol -> the name the user gave it (torch.export's Dim names)
         self.symbol_names: dict[str, str] = {}
         # size symbol -> (ember value, axis) whose size it is
@@ -133,10 +130,10 @@ class ImportContext:
         return self.add("Cast", [name], to=dtype.onnx)
 
     def dtype_of_value(self, name: str) -> DType | None:
+        """The element type of an input or constant (node outputs get theirs from shape
+        inference, which runs once the whole graph is built: None for those)."""
         vtype = self.graph.types.get(name)
-        if vtype is not None and hasattr(vtype, "dtype"):
-            return vtype.dtype
-        return self.value_dtypes.get(name)
+        return vtype.dtype if vtype is not None and hasattr(vtype, "dtype") else None
 
     # ------------------------------------------------------------------ reading arguments
     def tensor(self, arg: Any) -> str:
@@ -253,10 +250,6 @@ def same_size(a: Any, b: Any) -> bool:
     if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
         return str(a.node.expr) == str(b.node.expr)
     return False
-
-
-def same_shape(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
 
 
 def static_int(value: Any, what: str) -> int:

@@ -253,7 +253,8 @@ def prelu(ctx: ImportContext, node, x, weight) -> str:
 # ---------------------------------------------------------------------------- binary
 
 def binary(op: str, *, alpha_on_second: bool = False, swap: bool = False) -> Converter:
-    """``op(a, b)`` in the promoted type; ``alpha`` (add/sub) scales the second operand."""
+    """``op(a, b)`` in the promoted type; ``alpha`` (add/sub) scales the second operand, and
+    the first one of a swapped op (rsub)."""
 
     def convert(ctx: ImportContext, node, a, b, *, alpha=1, **kwargs) -> str:
         if kwargs:
@@ -262,6 +263,8 @@ def binary(op: str, *, alpha_on_second: bool = False, swap: bool = False) -> Con
         left, right = ctx.tensor_as(a, compute), ctx.tensor_as(b, compute)
         if alpha_on_second and alpha != 1:
             right = ctx.add("Mul", [right, ctx.scalar(alpha, compute)])
+        if swap and alpha != 1:  # rsub(a, b, alpha) = b - alpha * a
+            left = ctx.add("Mul", [left, ctx.scalar(alpha, compute)])
         if swap:
             left, right = right, left
         if compute == DType.BOOL and op in ("Add", "Mul", "Sub", "Max", "Min"):

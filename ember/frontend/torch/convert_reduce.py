@@ -248,10 +248,6 @@ def dist(ctx: ImportContext, node, a, b, p=2) -> str:
     return vector_norm(ctx, difference, list(range(rank)), p, False, out)
 
 
-def mean_any(ctx: ImportContext, node, x, *args: Any, **kwargs: Any) -> str:
-    return reduction("ReduceMean")(ctx, node, x, *args, **kwargs)
-
-
 # ---------------------------------------------------------------------------- scans by doubling
 
 def _scan_by_doubling(ctx: ImportContext, values: list[str], axis: int, length: int,

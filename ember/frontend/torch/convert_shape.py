@@ -14,8 +14,7 @@ import numpy as np
 import torch
 
 from ember.core.dtypes import DType
-from ember.frontend.torch.context import (INT64_MAX, ImportContext, Unsupported, ember_dtype,
-                                          same_size,
+from ember.frontend.torch.context import (INT64_MAX, ImportContext, Unsupported, same_size,
                                           is_tensor_arg, meta_value, static_int, static_ints)
 
 
@@ -37,11 +36,6 @@ def _axes_tensor(ctx: ImportContext, axes: list[int]) -> str:
 def reshape(ctx: ImportContext, node, x, shape) -> str:
     # A 0 in a torch shape is a zero-size dim, not "copy the input's" as in ONNX: allowzero.
     return ctx.add("Reshape", [ctx.tensor(x), ctx.ints(shape)], allowzero=1)
-
-
-def view_dtype_free(ctx: ImportContext, node, x, *rest) -> str:
-    """A view whose result shape PyTorch recorded: reshape to it."""
-    return ctx.add("Reshape", [ctx.tensor(x), ctx.ints(ctx.shape(node))], allowzero=1)
 
 
 def permute(ctx: ImportContext, node, x, dims) -> str:
@@ -487,12 +481,3 @@ def sym_arithmetic(ctx: ImportContext, node, a, b) -> str:
         if not isinstance(meta_value(value), (int, torch.SymInt)):
             raise Unsupported("size arithmetic on a value that is not an integer")
     return ctx.add(op, [ctx.symint(a), ctx.symint(b)])
-
-
-def sym_to_tensor(ctx: ImportContext, node, value, *args, **kwargs) -> str:
-    """``scalar_tensor(s0)`` and similar: a size used as data."""
-    return ctx.cast(ctx.symint(value), ctx.out_dtype(), DType.INT64)
-
-
-def dtype_of(arg: Any) -> DType:
-    return ember_dtype(meta_value(arg).dtype)
