@@ -126,11 +126,25 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opt
     def compile_forward(aten: torch.fx.GraphModule, aten_inputs: Sequence[Any]):
         placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
         positions = weights if len(placeholders) == len(example_inputs) else []
+        # Buffers the graph updates (batch norm's running statistics in training mode) are
+        # run-time inputs: frozen, every call would see them changed and recompile.
+        mutated = _mutated_inputs()
+        positions = [i for i in positions if i not in mutated]
         return _CompiledGraph(aten, [placeholders[i].name for i in positions], positions,
                               [example_inputs[i] for i in positions], settings, report)
 
     return aot_autograd(fw_compiler=compile_forward,
                         decompositions=core_aten_decompositions())(gm, example_inputs)
+
+
+def _mutated_inputs() -> set[int]:
+    """Positions of the inputs whose data the graph AOT autograd is compiling writes (it
+    returns their new values, and copies them back after the call)."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None)
+    if metadata is None:
+        return set()
+    return {i for i, info in enumerate(metadata.input_info) if info.mutates_data}
 
 
 def _weight_positions(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[int]:
@@ -231,6 +245,15 @@ class _EmberKernel(torch.nn.Module):
         self.single = not isinstance(items, (tuple, list))
         items = [items] if self.single else list(items)
         self.size_outputs = [isinstance(n, torch.fx.Node) and is_size_node(n) for n in items]
+        # Outputs that are views of an input: where their layout depends on sizes (a slice
+        # starting at a tensor's item, symbolic sizes), AOT autograd rebuilds them from the
+        # strides and storage offset of the tensor returned here, so it must be that view of
+        # the input, not a fresh contiguous tensor.  The view ops (and the size arithmetic
+        # they read) are replayed on the input: metadata only, as AOT autograd itself
+        # replays views whose layout is static.
+        self.views = {i: chain for i, n in enumerate(items)
+                      if isinstance(n, torch.fx.Node) and (chain := _view_chain(n))}
+        self.placeholders = placeholders
         self.output_names = imported.outputs
         self.label = label
         self.options = BuildOptions(target=Target.parse(settings.target),
@@ -296,6 +319,15 @@ class _EmberKernel(torch.nn.Module):
         for name, is_size in zip(self.output_names, self.size_outputs):
             array = results[name]
             outputs.append(int(array) if is_size else numpy_to_tensor(array))
+        if self.views:
+            env = dict(zip(self.placeholders, args))
+            for i, chain in self.views.items():
+                value = None
+                for node in chain:
+                    value = node.target(*torch.fx.node.map_arg(node.args, env.__getitem__),
+                                        **torch.fx.node.map_arg(node.kwargs, env.__getitem__))
+                    env[node] = value
+                outputs[i] = value
         return outputs[0] if self.single else tuple(outputs)
 
     def _note_shapes(self, feeds: dict[str, np.ndarray], sizes: tuple[int, ...]) -> None:
@@ -308,6 +340,26 @@ class _EmberKernel(torch.nn.Module):
                 shapes += f"; sizes {list(sizes)}"
             LOG.info("ember: %s: specializing for new input shapes %s", self.label, shapes)
         self._shapes_seen.add(key)
+
+
+def _view_chain(node: torch.fx.Node) -> list[torch.fx.Node] | None:
+    """The nodes that compute ``node``, a view, from the placeholders, in graph order, when
+    they are all view ops and size arithmetic (metadata only); None otherwise."""
+    if not getattr(node.target, "is_view", False) or \
+            not isinstance(node.meta.get("val"), torch.Tensor):
+        return None
+    needed: set[torch.fx.Node] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current in needed or current.op == "placeholder":
+            continue
+        viewing = getattr(current.target, "is_view", False)
+        if current.op != "call_function" or not (viewing or is_size_node(current)):
+            return None
+        needed.add(current)
+        stack.extend(current.all_input_nodes)
+    return [n for n in node.graph.nodes if n in needed]
 
 
 def _copy_of(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

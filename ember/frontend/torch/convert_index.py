@@ -488,3 +488,136 @@ def index_reduce(ctx: ImportContext, node, x, dim, index, source, reduce, *,
     if rank == 0:
         result = ctx.add("Reshape", [result, ctx.ints([])])
     return result
+
+
+# ---------------------------------------------------------------------------- embedding bags
+
+_BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
+
+
+def embedding_bag(ctx: ImportContext, node, weight, indices, offsets, scale_grad_by_freq=False,
+                  mode=0, sparse=False, per_sample_weights=None, include_last_offset=False,
+                  padding_idx=-1) -> list[str | None]:
+    """``_embedding_bag(_forward_only)``: the output, each bag's sum, mean or max of the
+    weight rows its indices pick (bag b holds the indices from ``offsets[b]`` to the next
+    offset, the last one to the end unless ``include_last_offset``); rows of
+    ``padding_idx`` are left out (and not counted by the mean), an empty bag gives zeros,
+    ``per_sample_weights`` scale the rows of a sum.  (With ``include_last_offset`` the last
+    offset must be the number of indices, as documented: PyTorch's kernels disagree with
+    each other about indices past it.)  The bag of every index is a running
+    count of the offsets at or before it (marks scattered at the offsets, summed); rows
+    are scatter-reduced into their bags, linear in the number of indices.  The other
+    outputs (offset2bag, bag_size, max_indices: bookkeeping for the backward) are not
+    computed."""
+    dtype = ctx.out_dtype(0)
+    mode_name = _BAG_MODES.get(static_int(mode, "embedding_bag mode"))
+    if dtype not in (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.BFLOAT16) or \
+            mode_name is None:
+        raise Unsupported(f"embedding_bag mode {mode} of {dtype}")
+    if ctx.rank(indices) != 1 or ctx.rank(offsets) != 1:
+        raise Unsupported("embedding_bag with indices and offsets that are not 1-D")
+    count = _static_sizes(ctx.shape(indices), "embedding_bag")[0]
+    bags = _static_sizes(ctx.shape(offsets), "embedding_bag")[0] - int(bool(include_last_offset))
+    width = _static_sizes(ctx.shape(weight), "embedding_bag")[1]
+    if count == 0 or bags <= 0:
+        raise Unsupported(f"embedding_bag of {count} indices in {bags} bags")
+    index = ctx.tensor_as(indices, DType.INT64)
+    rows = ctx.add("Gather", [ctx.tensor_as(weight, dtype), index], axis=0)
+    # the bag of every index: how many offsets are at or before it, minus one
+    starts = ctx.add("Slice", [ctx.tensor_as(offsets, DType.INT64), ctx.ints([0]),
+                               ctx.ints([bags])])
+    marks = ctx.add("ScatterElements", [ctx.constant(np.zeros(count + 1, dtype=np.int64)),
+                                        starts, ctx.constant(np.ones(bags, dtype=np.int64))],
+                    axis=0, reduction="add")
+    bag = ctx.add("Sub", [ctx.add("CumSum", [marks, ctx.constant(np.array(0))]),
+                          ctx.scalar(1, DType.INT64)])
+    bag = ctx.add("Slice", [bag, ctx.ints([0]), ctx.ints([count])])
+    valid = None
+    if static_int(padding_idx, "padding_idx") >= 0:
+        valid = ctx.add("Not", [ctx.add("Equal", [index, ctx.scalar(int(padding_idx),
+                                                                     DType.INT64)])])
+    column = ctx.constant(np.array([1], dtype=np.int64))
+    targets = ctx.add("Expand", [ctx.add("Unsqueeze", [bag, column]), ctx.ints([count, width])])
+    fill = -np.inf if mode_name == "max" else 0.0
+    if per_sample_weights is not None and mode_name == "sum":
+        rows = ctx.add("Mul", [rows, ctx.add("Unsqueeze", [
+            ctx.tensor_as(per_sample_weights, dtype), column])])
+    if valid is not None:
+        rows = ctx.add("Where", [ctx.add("Unsqueeze", [valid, column]), rows,
+                                 ctx.scalar(fill, dtype)])
+    start = ctx.constant(np.full((bags, width), fill, dtype=dtype.numpy))
+    result = ctx.add("ScatterElements", [start, targets, rows], axis=0,
+                     reduction="max" if mode_name == "max" else "add")
+    if mode_name == "sum" and valid is None:
+        return [result, None, None, None]
+    ones = ctx.constant(np.ones(count, dtype=dtype.numpy)) if valid is None else \
+        ctx.cast(valid, dtype, DType.BOOL)
+    sizes = ctx.add("ScatterElements", [ctx.constant(np.zeros(bags, dtype=dtype.numpy)), bag,
+                                        ones], axis=0, reduction="add")
+    sizes = ctx.add("Unsqueeze", [sizes, column])
+    empty = ctx.add("Equal", [sizes, ctx.scalar(0, dtype)])
+    if mode_name == "mean":
+        result = ctx.add("Div", [result, ctx.add("Max", [sizes, ctx.scalar(1, dtype)])])
+    return [ctx.add("Where", [empty, ctx.scalar(0, dtype), result]), None, None, None]
+
+
+def embedding_renorm(ctx: ImportContext, node, weight, indices, max_norm, norm_type) -> str:
+    """``embedding_renorm`` (functional): the rows that ``indices`` reference and whose
+    ``norm_type``-norm exceeds ``max_norm`` scaled by max_norm / (norm + 1e-7)."""
+    from ember.frontend.torch.convert_reduce import vector_norm
+
+    dtype = ctx.out_dtype()
+    shape = _static_sizes(ctx.shape(weight), "embedding_renorm")
+    if len(shape) != 2:
+        raise Unsupported("embedding_renorm of a weight that is not 2-D")
+    value = ctx.tensor_as(weight, dtype)
+    flat = ctx.add("Reshape", [ctx.tensor_as(indices, DType.INT64), ctx.ints([-1])])
+    used = ctx.add("ScatterElements", [
+        ctx.constant(np.zeros(shape[0], dtype=dtype.numpy)), flat,
+        ctx.add("Expand", [ctx.scalar(1, dtype), ctx.add("Shape", [flat])])], axis=0,
+        reduction="max")
+    norms = vector_norm(ctx, value, [1], norm_type, True, dtype)
+    limit = ctx.scalar(float(max_norm), dtype)
+    over = ctx.add("And", [ctx.add("Greater", [norms, limit]), ctx.add("Greater", [
+        ctx.add("Unsqueeze", [used, ctx.constant(np.array([1], dtype=np.int64))]),
+        ctx.scalar(0, dtype)])])
+    scale = ctx.add("Div", [limit, ctx.add("Add", [norms, ctx.scalar(1e-7, dtype)])])
+    return ctx.add("Where", [over, ctx.add("Mul", [value, scale]), value])
+
+
+def nonzero_static(ctx: ImportContext, node, x, *, size, fill_value=-1) -> str:
+    """``nonzero_static``: the coordinates of the first ``size`` non-zero elements in
+    row-major order, as a (size, rank) int64 tensor padded with ``fill_value``.  Every
+    non-zero element's rank among them (a running count) is the row it goes to; elements
+    that are zero or past ``size`` go to a spare row, dropped.  Flat positions become
+    coordinates through a constant table (no integer division)."""
+    shape = _static_sizes(ctx.shape(x), "nonzero_static")
+    size = static_int(size, "nonzero_static size")
+    fill = static_int(fill_value, "nonzero_static fill_value")
+    numel = int(np.prod(shape))
+    if size == 0 or not shape or numel == 0:
+        return ctx.constant(np.full((size, len(shape)), fill, dtype=np.int64))
+    flat = ctx.add("Reshape", [ctx.tensor(x), ctx.ints([-1])])
+    if ctx.torch_dtype(x) == DType.BOOL:
+        nonzero = flat
+    else:
+        nonzero = ctx.add("Not", [ctx.add("Equal", [
+            flat, ctx.scalar(0, ctx.torch_dtype(x))])])
+    order = ctx.add("CumSum", [ctx.cast(nonzero, DType.INT64, DType.BOOL),
+                               ctx.constant(np.array(0))])
+    order = ctx.add("Sub", [order, ctx.scalar(1, DType.INT64)])
+    spare = ctx.scalar(size, DType.INT64)
+    rows = ctx.add("Where", [ctx.add("And", [nonzero, ctx.add("Less", [order, spare])]),
+                             order, spare])
+    positions = ctx.add("ScatterElements", [
+        ctx.constant(np.full(size + 1, -1, dtype=np.int64)), rows,
+        ctx.constant(np.arange(numel, dtype=np.int64))], axis=0)
+    positions = ctx.add("Slice", [positions, ctx.ints([0]), ctx.ints([size])])
+    table = np.stack(np.unravel_index(np.arange(numel), shape), axis=-1).astype(np.int64)
+    coordinates = ctx.add("Gather", [ctx.constant(table), ctx.add("Max", [
+        positions, ctx.scalar(0, DType.INT64)])], axis=0)
+    found = ctx.add("Unsqueeze", [ctx.add("GreaterOrEqual", [positions,
+                                                             ctx.scalar(0, DType.INT64)]),
+                                  ctx.constant(np.array([1], dtype=np.int64))])
+    return ctx.add("Where", [found, coordinates, ctx.scalar(fill, DType.INT64)])
+

@@ -477,3 +477,397 @@ def bucketize(ctx: ImportContext, node, values, boundaries, *, out_int32=False, 
               ) -> str:
     """bucketize is searchsorted with the arguments swapped (1-D boundaries)."""
     return searchsorted(ctx, node, boundaries, values, out_int32=out_int32, right=right)
+
+
+# ---------------------------------------------------------------------------- histograms
+
+def histc(ctx: ImportContext, node, x, bins=100, min=0, max=0) -> str:
+    """``histc``: counts of the elements in ``bins`` equal bins over [min, max] (the data's
+    own range when min == max, widened by 1 around a single value), outside elements and NaN
+    left out.  The bin is PyTorch's, computed without looking at the edges:
+    int((x - min) * bins / (max - min)) in the input's precision, the maximum in the last
+    bin.  Counting is a comparison of every element with every bin, summed."""
+    dtype = ctx.out_dtype()
+    if dtype not in _FLOATS:
+        raise Unsupported(f"histc of {dtype}")
+    bins = static_int(bins, "histc bins")
+    low, high = float(min), float(max)
+    numel = int(np.prod(ctx.static_shape(x)))
+    if bins <= 0 or low > high:
+        raise Unsupported(f"histc with {bins} bins over [{low}, {high}]")
+    if numel == 0:
+        return ctx.constant(np.zeros(bins, dtype=dtype.numpy))
+    value = ctx.add("Reshape", [ctx.tensor_as(x, dtype), ctx.ints([-1])])
+    first, last = _histogram_range(ctx, value, None if low == high else (low, high), dtype)
+    inside = ctx.add("And", [ctx.add("GreaterOrEqual", [value, first]),
+                             ctx.add("LessOrEqual", [value, last])])
+    position = ctx.add("Div", [ctx.add("Mul", [ctx.add("Sub", [value, first]),
+                                               ctx.scalar(float(bins), dtype)]),
+                               ctx.add("Sub", [last, first])])
+    position = ctx.add("Where", [inside, position, ctx.scalar(0, dtype)])
+    index = ctx.add("Min", [ctx.cast(position, DType.INT64, dtype),
+                            ctx.scalar(bins - 1, DType.INT64)])
+    return _count_bins(ctx, index, inside, None, bins, dtype)
+
+
+def _histogram_range(ctx: ImportContext, value: str, bounds: tuple[float, float] | None,
+                     dtype: DType) -> tuple[str, str]:
+    """The outer edges: ``bounds``, or without them the data's minimum and maximum; 0.5
+    further apart when they are equal."""
+    if bounds is not None:
+        low, high = bounds
+        if low == high:
+            low, high = low - 0.5, high + 0.5
+        return ctx.scalar(low, dtype), ctx.scalar(high, dtype)
+    axis = ctx.constant(np.array([0], dtype=np.int64))
+    first = ctx.add("ReduceMin", [value, axis], keepdims=0)
+    last = ctx.add("ReduceMax", [value, axis], keepdims=0)
+    same = ctx.add("Equal", [first, last])
+    half = ctx.scalar(0.5, dtype)
+    return (ctx.add("Where", [same, ctx.add("Sub", [first, half]), first]),
+            ctx.add("Where", [same, ctx.add("Add", [last, half]), last]))
+
+
+def _count_bins(ctx: ImportContext, index: str, inside: str, weight: str | None, bins: int,
+                dtype: DType) -> str:
+    """Per bin, the number (or the weights' sum) of the elements whose bin is ``index`` and
+    that are ``inside``: a (elements, bins) comparison summed over the elements."""
+    column = ctx.constant(np.array([1], dtype=np.int64))
+    hits = ctx.add("And", [
+        ctx.add("Equal", [ctx.add("Unsqueeze", [index, column]),
+                          ctx.constant(np.arange(bins, dtype=np.int64)[None, :])]),
+        ctx.add("Unsqueeze", [inside, column])])
+    if weight is None:
+        counted = ctx.cast(hits, dtype, DType.BOOL)
+    else:
+        counted = ctx.add("Where", [hits, ctx.add("Unsqueeze", [weight, column]),
+                                    ctx.scalar(0, dtype)])
+    return ctx.add("ReduceSum", [counted, ctx.constant(np.array([0], dtype=np.int64))],
+                   keepdims=0)
+
+
+def histogram(ctx: ImportContext, node, x, bins, *, range=None, weight=None, density=False
+              ) -> list[str]:
+    """``histogram.bin_ct``: (hist, bin_edges) over ``bins`` equal bins, whose edges are
+    PyTorch's linspace (from the start for the first half, from the end for the rest)."""
+    dtype = _histogram_dtype(ctx)
+    bins = static_int(bins, "histogram bins")
+    bounds = None if range is None else (float(range[0]), float(range[1]))
+    if bins <= 0 or (bounds is not None and bounds[0] > bounds[1]):
+        raise Unsupported(f"histogram of {bins} bins over {range}")
+    empty = 0 in ctx.static_shape(x)
+    if empty and bounds is None:  # no data to take the range from: [0, 1], as PyTorch does
+        bounds = (0.0, 1.0)
+    value = ctx.add("Reshape", [ctx.tensor_as(x, dtype), ctx.ints([-1])])
+    edges = _linspace_edges(ctx, *_histogram_range(ctx, value, bounds, dtype), bins, dtype)
+    if empty:  # no counts; a density of none is 0 / 0
+        fill = np.nan if density else 0.0
+        return [ctx.constant(np.full(bins, fill, dtype=dtype.numpy)), edges]
+    return [_histogram_over(ctx, value, edges, bins, weight, density, dtype), edges]
+
+
+def _linspace_edges(ctx: ImportContext, first: str, last: str, bins: int, dtype: DType
+                    ) -> str:
+    """linspace(first, last, bins + 1) as PyTorch computes it: from the start for the first
+    half, from the end for the rest."""
+    steps = np.arange(bins + 1)
+    step = ctx.add("Div", [ctx.add("Sub", [last, first]), ctx.scalar(float(bins), dtype)])
+    half = (bins + 1) // 2
+    from_start = ctx.add("Add", [first, ctx.add("Mul", [
+        step, ctx.constant(steps[:half].astype(dtype.numpy))])])
+    from_end = ctx.add("Sub", [last, ctx.add("Mul", [
+        step, ctx.constant((bins - steps[half:]).astype(dtype.numpy))])])
+    return ctx.add("Concat", [from_start, from_end], axis=0)
+
+
+def histogram_edges(ctx: ImportContext, node, x, bins, *, weight=None, density=False
+                    ) -> list[str]:
+    """``histogram.bins_tensor``: (hist, bin_edges) over the given (increasing) edges."""
+    dtype = _histogram_dtype(ctx)
+    count = ctx.static_shape(bins)
+    if len(count) != 1 or count[0] < 2:
+        raise Unsupported("histogram edges must be a 1-D tensor of at least 2")
+    value = ctx.add("Reshape", [ctx.tensor_as(x, dtype), ctx.ints([-1])])
+    edges = ctx.tensor_as(bins, dtype)
+    return [_histogram_over(ctx, value, edges, count[0] - 1, weight, density, dtype),
+            ctx.add("Identity", [edges])]
+
+
+def _histogram_dtype(ctx: ImportContext) -> DType:
+    dtype = ctx.out_dtype()
+    if dtype not in _FLOATS:
+        raise Unsupported(f"histogram of {dtype}")
+    return dtype
+
+
+def _histogram_over(ctx: ImportContext, value: str, edges: str, bins: int, weight,
+                    density: bool, dtype: DType) -> str:
+    """The histogram of the flat ``value`` over ``edges``.  An element's bin is found
+    against the edges, as PyTorch's search does: the number of edges at or below it, minus
+    one, the last edge in the last bin; elements outside the edges (and NaN) count nowhere.
+    ``density`` divides by the total and the bin widths."""
+    index, inside = _bin_of(ctx, value, edges, bins)
+    weights = None
+    if weight is not None:
+        weights = ctx.add("Reshape", [ctx.tensor_as(weight, dtype), ctx.ints([-1])])
+    hist = _count_bins(ctx, index, inside, weights, bins, dtype)
+    if not density:
+        return hist
+    total = ctx.add("ReduceSum", [hist, ctx.constant(np.array([0], dtype=np.int64))],
+                    keepdims=0)
+    return ctx.add("Div", [hist, ctx.add("Mul", [total, _widths(ctx, edges, bins)])])
+
+
+def _widths(ctx: ImportContext, edges: str, bins: int) -> str:
+    return ctx.add("Sub", [ctx.add("Slice", [edges, ctx.ints([1]), ctx.ints([bins + 1])]),
+                           ctx.add("Slice", [edges, ctx.ints([0]), ctx.ints([bins])])])
+
+
+def _bin_of(ctx: ImportContext, value: str, edges: str, bins: int) -> tuple[str, str]:
+    """The bin of every element of the flat ``value`` (int64) and whether it is inside the
+    outer edges."""
+    first = ctx.add("Gather", [edges, ctx.constant(np.array(0, dtype=np.int64))], axis=0)
+    last = ctx.add("Gather", [edges, ctx.constant(np.array(bins, dtype=np.int64))], axis=0)
+    inside = ctx.add("And", [ctx.add("GreaterOrEqual", [value, first]),
+                             ctx.add("LessOrEqual", [value, last])])
+    at_or_below = ctx.add("LessOrEqual", [
+        ctx.add("Unsqueeze", [edges, ctx.constant(np.array([0], dtype=np.int64))]),
+        ctx.add("Unsqueeze", [value, ctx.constant(np.array([1], dtype=np.int64))])])
+    index = ctx.add("Sub", [
+        ctx.add("ReduceSum", [ctx.cast(at_or_below, DType.INT64, DType.BOOL),
+                              ctx.constant(np.array([1], dtype=np.int64))], keepdims=0),
+        ctx.scalar(1, DType.INT64)])
+    return ctx.add("Min", [index, ctx.scalar(bins - 1, DType.INT64)]), inside
+
+
+def histogramdd_edges(ctx: ImportContext, node, x, bins, range=None, weight=None,
+                      density=False) -> list[str]:
+    """``_histogramdd_bin_edges``: the edges of each of the D dims of the (..., D) samples,
+    as ``histogram`` makes them from the dim's range (given, or the data's)."""
+    dtype, value, counts, empty = _histogramdd_setup(ctx, x, bins)
+    return [edges for edges, _ in _histogramdd_dims(ctx, value, counts, range, empty, dtype)]
+
+
+def histogramdd_counts(ctx: ImportContext, node, x, bins, range=None, weight=None,
+                       density=False) -> str:
+    """``_histogramdd_from_bin_cts``: the D-dimensional histogram over those edges."""
+    dtype, value, counts, empty = _histogramdd_setup(ctx, x, bins)
+    dims = _histogramdd_dims(ctx, value, counts, range, empty, dtype)
+    return _histogramdd(ctx, value, [e for e, _ in dims], counts, weight, density, empty,
+                        dtype)
+
+
+def histogramdd_tensors(ctx: ImportContext, node, x, bins, weight=None, density=False) -> str:
+    """``_histogramdd_from_bin_tensors``: the D-dimensional histogram over given edges."""
+    counts = [ctx.static_shape(b)[0] - 1 for b in bins]
+    dtype, value, counts, empty = _histogramdd_setup(ctx, x, counts)
+    edges = [ctx.tensor_as(b, dtype) for b in bins]
+    return _histogramdd(ctx, value, edges, counts, weight, density, empty, dtype)
+
+
+def _histogramdd_setup(ctx: ImportContext, x, bins) -> tuple[DType, str, list[int], bool]:
+    """The samples as (N, D), the bins per dim, and whether there are no samples."""
+    dtype = ctx.torch_dtype(x)
+    if dtype not in _FLOATS:
+        raise Unsupported(f"histogramdd of {dtype}")
+    shape = ctx.static_shape(x)
+    counts = static_ints(bins, "histogramdd bins")
+    if not shape or len(counts) != shape[-1] or min(counts, default=0) <= 0:
+        raise Unsupported(f"histogramdd of {shape} in {counts} bins")
+    value = ctx.add("Reshape", [ctx.tensor_as(x, dtype), ctx.ints([-1, shape[-1]])])
+    return dtype, value, counts, int(np.prod(shape[:-1])) == 0
+
+
+def _histogramdd_dims(ctx: ImportContext, value: str, counts: list[int], bounds, empty: bool,
+                      dtype: DType) -> list[tuple[str, str]]:
+    """Per dim, its edges and its column of the samples."""
+    dims = []
+    for d, bins in enumerate(counts):
+        column = ctx.add("Gather", [value, ctx.constant(np.array(d, dtype=np.int64))], axis=1)
+        pair = None if bounds is None else (float(bounds[2 * d]), float(bounds[2 * d + 1]))
+        if pair is None and empty:  # no data: [0, 1], as PyTorch
+            pair = (0.0, 1.0)
+        first, last = _histogram_range(ctx, column, pair, dtype)
+        dims.append((_linspace_edges(ctx, first, last, bins, dtype), column))
+    return dims
+
+
+def _histogramdd(ctx: ImportContext, value: str, edges: list[str], counts: list[int], weight,
+                 density: bool, empty: bool, dtype: DType) -> str:
+    """Every sample's cell (its bin in each dim, flattened row-major) gets its weight, or 1,
+    scattered into the cells; a sample outside any dim's edges goes to a spare cell,
+    dropped."""
+    total = int(np.prod(counts))
+    if empty:  # no samples; a density of none is 0 / 0
+        return ctx.constant(np.full(counts, np.nan if density else 0.0, dtype=dtype.numpy))
+    flat, inside = None, None
+    for d, (dim_edges, bins) in enumerate(zip(edges, counts)):
+        column = ctx.add("Gather", [value, ctx.constant(np.array(d, dtype=np.int64))], axis=1)
+        index, within = _bin_of(ctx, column, dim_edges, bins)
+        stride = int(np.prod(counts[d + 1:]))
+        if stride != 1:
+            index = ctx.add("Mul", [index, ctx.scalar(stride, DType.INT64)])
+        flat = index if flat is None else ctx.add("Add", [flat, index])
+        inside = within if inside is None else ctx.add("And", [inside, within])
+    cells = ctx.add("Where", [inside, flat, ctx.scalar(total, DType.INT64)])
+    if weight is None:
+        amounts = ctx.add("Expand", [ctx.scalar(1, dtype), ctx.add("Shape", [cells])])
+    else:
+        amounts = ctx.add("Reshape", [ctx.tensor_as(weight, dtype), ctx.ints([-1])])
+    hist = ctx.add("ScatterElements", [ctx.constant(np.zeros(total + 1, dtype=dtype.numpy)),
+                                       cells, amounts], axis=0, reduction="add")
+    hist = ctx.add("Slice", [hist, ctx.ints([0]), ctx.ints([total])])
+    hist = ctx.add("Reshape", [hist, ctx.ints(counts)])
+    if not density:
+        return hist
+    everything = ctx.constant(np.arange(len(counts), dtype=np.int64))
+    volume = None
+    for d, (dim_edges, bins) in enumerate(zip(edges, counts)):
+        view = [1] * len(counts)
+        view[d] = bins
+        width = ctx.add("Reshape", [_widths(ctx, dim_edges, bins), ctx.ints(view)])
+        volume = width if volume is None else ctx.add("Mul", [volume, width])
+    return ctx.add("Div", [hist, ctx.add("Mul", [
+        ctx.add("ReduceSum", [hist, everything], keepdims=0), volume])])
+
+
+# ---------------------------------------------------------------------------- mode, segments
+
+def mode(ctx: ImportContext, node, x, dim=-1, keepdim=False) -> list[str]:
+    """``mode``: the most frequent value along ``dim`` (the smallest of equally frequent
+    ones) and the index of its last occurrence, as PyTorch's CPU kernel gives.  Frequencies
+    come from comparing every element with every other along the dim."""
+    value = ctx.tensor(x)
+    if ctx.rank(x) == 0:
+        return [ctx.add("Identity", [value]), ctx.constant(np.array(0, dtype=np.int64))]
+    axis, length = _scan_axis(ctx, x, dim)
+    if length == 0:
+        raise Unsupported("mode along an empty dim")
+    dtype = ctx.torch_dtype(x)
+    if dtype == DType.BOOL:
+        raise Unsupported("mode of bools")
+    rank = ctx.rank(x)
+    pairs = ctx.add("Equal", [
+        ctx.add("Unsqueeze", [value, ctx.constant(np.array([axis + 1], dtype=np.int64))]),
+        ctx.add("Unsqueeze", [value, ctx.constant(np.array([axis], dtype=np.int64))])])
+    counts = ctx.add("ReduceSum", [ctx.cast(pairs, DType.INT64, DType.BOOL),
+                                   ctx.constant(np.array([axis + 1], dtype=np.int64))],
+                     keepdims=0)
+    axes = ctx.constant(np.array([axis], dtype=np.int64))
+    most = ctx.add("Equal", [counts, ctx.add("ReduceMax", [counts, axes], keepdims=1)])
+    largest = np.inf if dtype in _FLOATS else np.iinfo(dtype.numpy).max
+    result = ctx.add("ReduceMin", [ctx.add("Where", [most, value, ctx.scalar(largest, dtype)]),
+                                   axes], keepdims=1)
+    shape = [1] * rank
+    shape[axis] = length
+    positions = ctx.constant(np.arange(length, dtype=np.int64).reshape(shape))
+    index = ctx.add("ReduceMax", [ctx.add("Where", [ctx.add("Equal", [value, result]),
+                                                    positions, ctx.scalar(-1, DType.INT64)]),
+                                  axes], keepdims=int(bool(keepdim)))
+    if not keepdim:
+        result = ctx.add("Squeeze", [result, axes])
+    return [result, index]
+
+
+_SEGMENT_FILL = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf}
+_SEGMENT_REDUCE = {"sum": "ReduceSum", "mean": "ReduceSum", "prod": "ReduceProd",
+                   "max": "ReduceMax", "min": "ReduceMin"}
+
+
+def segment_reduce(ctx: ImportContext, node, data, reduce, *, lengths=None, indices=None,
+                   offsets=None, axis=0, unsafe=False, initial=None) -> str:
+    """``segment_reduce`` along ``axis``: segment s covers the rows from its offset to the
+    next (``offsets``), or ``lengths[s]`` rows after the previous segment; the dims before
+    ``axis`` have their own segments (lengths and offsets are batched over them).  Every
+    segment reduces a masked copy of all rows (a (segments, rows) comparison with the
+    boundaries); ``initial`` joins each reduction (the mean divides by the row count only),
+    and an empty segment gives it, or what PyTorch gives without (-inf, inf, 0, 1, NaN for
+    the mean)."""
+    dtype = ctx.out_dtype()
+    if dtype not in _FLOATS or reduce not in _SEGMENT_FILL or indices is not None:
+        raise Unsupported(f"segment_reduce '{reduce}' of {dtype}")
+    shape = ctx.static_shape(data)
+    axis = static_int(axis, "segment axis")
+    if not 0 <= axis < len(shape):
+        raise Unsupported(f"segment_reduce along dim {axis} of rank {len(shape)}")
+    rows, rest = shape[axis], len(shape) - axis - 1
+    last = ctx.constant(np.array(axis, dtype=np.int64))
+    if lengths is not None and ctx.rank(lengths) == axis + 1:
+        sizes = ctx.tensor_as(lengths, DType.INT64)
+        ends = ctx.add("CumSum", [sizes, last])
+        starts = ctx.add("Sub", [ends, sizes])
+    elif offsets is not None and ctx.rank(offsets) == axis + 1:
+        bounds = ctx.tensor_as(offsets, DType.INT64)
+        count = ctx.static_shape(offsets)[axis] - 1
+        along = ctx.ints([axis])
+        starts = ctx.add("Slice", [bounds, ctx.ints([0]), ctx.ints([count]), along])
+        ends = ctx.add("Slice", [bounds, ctx.ints([1]), ctx.ints([count + 1]), along])
+    else:
+        raise Unsupported("segment_reduce needs lengths or offsets batched like the data")
+    # (lead..., segments, rows): whether each row is in each segment
+    rows_axis = ctx.constant(np.array([axis + 1], dtype=np.int64))
+    row = ctx.constant(np.arange(rows, dtype=np.int64))
+    member = ctx.add("And", [
+        ctx.add("GreaterOrEqual", [row, ctx.add("Unsqueeze", [starts, rows_axis])]),
+        ctx.add("Less", [row, ctx.add("Unsqueeze", [ends, rows_axis])])])
+    trailing = ctx.constant(np.arange(axis + 2, axis + 2 + rest, dtype=np.int64))
+    mask = ctx.add("Unsqueeze", [member, trailing]) if rest else member
+    values = ctx.add("Unsqueeze", [ctx.tensor_as(data, dtype),
+                                   ctx.constant(np.array([axis], dtype=np.int64))])
+    kept = ctx.add("Where", [mask, values, ctx.scalar(_SEGMENT_FILL[reduce], dtype)])
+    result = ctx.add(_SEGMENT_REDUCE[reduce], [kept, rows_axis], keepdims=0)
+    start = None if initial is None else ctx.scalar(float(initial), dtype)
+    if reduce != "mean":
+        if start is None:
+            return result
+        combine = {"sum": "Add", "prod": "Mul", "max": "Max", "min": "Min"}[reduce]
+        return ctx.add(combine, [result, start])
+    counts = ctx.add("ReduceSum", [ctx.cast(mask, dtype, DType.BOOL), rows_axis], keepdims=0)
+    total = result if start is None else ctx.add("Add", [result, start])
+    mean = ctx.add("Div", [total, counts])
+    empty = ctx.scalar(float("nan"), dtype) if start is None else start
+    return ctx.add("Where", [ctx.add("Equal", [counts, ctx.scalar(0, dtype)]), empty, mean])
+
+
+def hash_tensor(ctx: ImportContext, node, x, dim=(), *, keepdim=False, mode=0) -> str:
+    """``hash_tensor`` (mode 0): the XOR of the elements' 64-bit patterns over ``dim`` (all
+    dims when empty), floats widened to float64 and integers to int64 first.  The reduced
+    dims are moved last and flattened, padded with zeros (XOR's identity) to a power of two
+    and folded in halves."""
+    if static_int(mode, "hash_tensor mode") != 0:
+        raise Unsupported(f"hash_tensor mode {mode}")
+    source = ctx.torch_dtype(x)
+    wide = DType.FLOAT64 if source in _FLOATS else DType.INT64
+    value = ctx.add("BitCast", [ctx.tensor_as(x, wide)], to=DType.UINT64.onnx)
+    shape = ctx.static_shape(x)
+    axes = _axes(ctx, x, dims_list(dim))
+    if not axes:
+        return ctx.add("Identity", [value])
+    kept = [a for a in range(len(shape)) if a not in axes]
+    count = int(np.prod([shape[a] for a in axes]))
+    out_shape = [1 if a in axes else shape[a] for a in range(len(shape))] if keepdim else \
+        [shape[a] for a in kept]
+    if count == 0:
+        return ctx.constant(np.zeros(out_shape, dtype=np.uint64))
+    value = ctx.add("Transpose", [value], perm=kept + axes)
+    value = ctx.add("Reshape", [value, ctx.ints([shape[a] for a in kept] + [count])])
+    width = 1 << (count - 1).bit_length()
+    last = len(kept)
+    if width != count:
+        pads = [0] * (last + 1) + [0] * last + [width - count]
+        value = ctx.add("Pad", [value, ctx.ints(pads), ctx.scalar(0, DType.UINT64)],
+                        mode="constant")
+    along = ctx.ints([last])
+    while width > 1:
+        width //= 2
+        value = ctx.add("BitwiseXor", [
+            ctx.add("Slice", [value, ctx.ints([0]), ctx.ints([width]), along]),
+            ctx.add("Slice", [value, ctx.ints([width]), ctx.ints([2 * width]), along])])
+    return ctx.add("Reshape", [value, ctx.ints(out_shape)])
+
+
+def dims_list(dim) -> list[int] | None:
+    """A dim argument (an int, a list, or None/empty for all dims) as a list or None."""
+    if dim is None:
+        return None
+    return [dim] if isinstance(dim, int) else list(dim)
