@@ -47,7 +47,7 @@ from typing import Sequence
 
 from ember.core.target import Target
 from ember.codegen.c_expr import ExprEmitter, ModuleContext
-from ember.codegen.c_fast_math import SOURCE as FAST_MATH_SOURCE
+from ember.codegen.c_fast_math import UNIT_FLAGS as FAST_FLOAT_UNIT_FLAGS, uses_fast_float
 from ember.codegen.c_gemm import emit_gemm, gemm_buffers
 from ember.codegen.c_names import Names, c_comment, c_identifier
 from ember.codegen.c_types import CodegenError, compute_ctype, storage_ctype
@@ -121,6 +121,8 @@ class KernelUnit:
 
     symbol: str
     source: str
+    # compiler flags this unit needs beyond the module's (see c_fast_math.UNIT_FLAGS)
+    flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,10 @@ class CUnits:
     def sources(self) -> list[str]:
         """Every unit's source, the entry's first."""
         return [self.entry, *(unit.source for unit in self.kernels)]
+
+    def flagged_sources(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Every unit's source with the extra compiler flags it needs, the entry's first."""
+        return [(self.entry, ()), *((unit.source, unit.flags) for unit in self.kernels)]
 
     def listing(self) -> str:
         """All units in one text, for readers (it is not one valid translation unit)."""
@@ -169,7 +175,8 @@ def generate_units(module: CModule) -> CUnits:
         kernel = emitter.emit(_UNIT_PLACEHOLDER, exported=False, linkage="EMBER_INTERNAL ")
         text = "\n\n".join([_prelude(module.target, ctx), _THREAD_DECLARATION, kernel]) + "\n"
         link = KERNEL_UNIT_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-        units.setdefault(link, KernelUnit(link, text.replace(_UNIT_PLACEHOLDER, link)))
+        flags = FAST_FLOAT_UNIT_FLAGS if uses_fast_float(ctx.helpers) else ()
+        units.setdefault(link, KernelUnit(link, text.replace(_UNIT_PLACEHOLDER, link), flags))
         links[name] = link
         prototypes.append(f'EMBER_INTERNAL void {name}({emitter.param_decls}) '
                           f'__asm__("{link}");')
@@ -230,7 +237,6 @@ def _prelude(target: Target, ctx: ModuleContext) -> str:
         '#define EMBER_EXPORT __attribute__((visibility("default")))',
         '#define EMBER_INTERNAL __attribute__((visibility("hidden")))',
         "",
-        FAST_MATH_SOURCE,
         "/* ---- vector types ---- */",
         *ctx.typedefs.values(),
         "",

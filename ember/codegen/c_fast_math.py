@@ -6,7 +6,8 @@ functions here are ``static inline`` and branch-free (every choice is a conditio
 expression between values computed on every path, the power of two is built from the
 exponent bits), so once inlined GCC and Clang vectorize the loop around them with the
 target's SIMD width (a call inside one arm of a conditional is control flow, and kept the
-loop scalar).  NaN propagates, infinities and
+loop scalar) -- provided the unit is compiled with ``UNIT_FLAGS``, which the kernel units
+that call them are.  NaN propagates, infinities and
 overflow give what IEEE 754 says, and the results stay within a few ulp:
 
     em_expf      Cody-Waite reduction r = x - n ln 2 (ln 2 in two parts), Cephes' degree-6
@@ -27,6 +28,8 @@ libm.
 """
 
 from __future__ import annotations
+
+from ember.codegen.c_helpers import HelperSet
 
 # The C math intrinsics these functions replace for float (f16/bf16 compute in float too).
 FAST_FLOAT_FUNCTIONS = {"exp": "em_expf", "tanh": "em_tanhf", "erf": "em_erff",
@@ -50,15 +53,18 @@ def _horner(coefficients: tuple[float, ...], var: str) -> str:
     return text
 
 
-SOURCE = f"""\
-/* ---- vectorizable float math (see ember/codegen/c_fast_math.py for the error bounds) ---- */
-typedef union {{ float f; int32_t i; }} em_f32_bits;
-
-static inline float em_pow2i(int32_t n) {{  /* 2^n for n in [-126, 127] */
+# The C of each function and of what it builds on, in dependency order.  Only the functions a
+# kernel calls go into its translation unit (``fast_float_call``).
+_DEFINITIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "em_f32_bits": ((), """\
+typedef union { float f; int32_t i; } em_f32_bits;"""),
+    "em_pow2i": (("em_f32_bits",), """\
+static inline float em_pow2i(int32_t n) {  /* 2^n for n in [-126, 127] */
   em_f32_bits b; b.i = (n + 127) * 8388608; return b.f;
-}}
-
-static inline float em_expf(float x) {{
+}
+"""),
+    "em_expf": (("em_pow2i",), """\
+static inline float em_expf(float x) {
   const float xc = x >= -104.0f ? (x <= 89.0f ? x : 89.0f) : -104.0f;  /* NaN -> -104 */
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  /* round */
   const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
@@ -72,9 +78,10 @@ static inline float em_expf(float x) {{
   const int32_t k = (int32_t)n, half = k / 2;
   const float y = p * em_pow2i(half) * em_pow2i(k - half);
   return x == x ? y : x;
-}}
-
-static inline float em_tanhf(float x) {{
+}
+"""),
+    "em_tanhf": (("em_expf",), """\
+static inline float em_tanhf(float x) {
   const float a = fabsf(x), z = x * x;
   float p = -5.70498872745e-3f;
   p = p * z + 2.06390887954e-2f;
@@ -85,8 +92,9 @@ static inline float em_tanhf(float x) {{
   const float e = em_expf(2.0f * (a < 20.0f ? a : 20.0f));  /* 1.0f from |x| > 9.01 */
   const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
   return a < 0.625f ? small : (x == x ? big : x);
-}}
-
+}
+"""),
+    "em_erff": (("em_expf",), f"""\
 static inline float em_erff(float x) {{
   const float a = fabsf(x), z = x * x;
   const float small = x * {_horner(_ERF_SMALL, "z")};
@@ -95,9 +103,52 @@ static inline float em_erff(float x) {{
   const float big = copysignf(a < 3.925f ? tail : 1.0f, x);
   return a < 1.0f ? small : (x == x ? big : x);
 }}
-
-static inline float em_sigmoidf(float x) {{  /* e / (1 + e) with e = exp(-|x|) <= 1 */
+"""),
+    "em_sigmoidf": (("em_expf",), """\
+static inline float em_sigmoidf(float x) {  /* e / (1 + e) with e = exp(-|x|) <= 1 */
   const float e = em_expf(-fabsf(x)), s = 1.0f / (1.0f + e);
   return x >= 0.0f ? s : e * s;
-}}
-"""
+}
+"""),
+}
+
+# Flags a translation unit that calls these functions is compiled with.  Under the default
+# -ftrapping-math GCC keeps a loop around them scalar: after jump threading through the
+# range clamps, some paths multiply constants that overflow, which "could trap", so the loop
+# is not if-converted.  The flag only says that no code looks at the floating-point
+# exception flags (ember's kernels never do): every result stays bit for bit the same.  It
+# is given per unit, not globally, because it made GCC keep the Clip epilogues of small-K
+# GEMMs scalar (MobileNetV2 1.6x slower when it was global).
+UNIT_FLAGS = ("-fno-trapping-math",)
+
+
+def fast_float_call(helpers: HelperSet, name: str, args: list[str]) -> str:
+    """C calling the fast float version of math function ``name`` (a key of
+    ``FAST_FLOAT_FUNCTIONS``) on ``args``; its definition joins ``helpers``."""
+    function = FAST_FLOAT_FUNCTIONS[name]
+    _need(helpers, function)
+    return f"{function}({', '.join(args)})"
+
+
+def uses_fast_float(helpers: HelperSet) -> bool:
+    """Whether a unit with these helpers calls any of the functions here."""
+    return any(function in helpers for function in FAST_FLOAT_FUNCTIONS.values())
+
+
+def _need(helpers: HelperSet, name: str) -> str:
+    deps, code = _DEFINITIONS[name]
+
+    def build() -> str:
+        for dep in deps:
+            _need(helpers, dep)
+        return code
+
+    return helpers.need(name, build)
+
+
+def source() -> str:
+    """Every function, in one text (for tests and readers)."""
+    helpers = HelperSet()
+    for function in FAST_FLOAT_FUNCTIONS.values():
+        _need(helpers, function)
+    return helpers.source()

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.codegen import c_special
-from ember.codegen.c_fast_math import FAST_FLOAT_FUNCTIONS
+from ember.codegen.c_fast_math import FAST_FLOAT_FUNCTIONS, fast_float_call
 from ember.codegen.c_helpers import HelperSet
 from ember.codegen.c_types import CodegenError
 from ember.ir.loop.expr import MATH_INTRINSICS, SPECIAL_INTRINSICS
@@ -83,7 +83,7 @@ def math_call(name: str, compute_ctype: str, args: list[str], helpers: HelperSet
         return c_special.special_call(helpers, name, compute_ctype, args)
     f = "f" if compute_ctype == "float" else ""
     if f and name in FAST_FLOAT_FUNCTIONS:  # vectorizable (codegen/c_fast_math.py)
-        return f"{FAST_FLOAT_FUNCTIONS[name]}({', '.join(args)})"
+        return fast_float_call(helpers, name, args)
     if name in _C_SPELLING:
         return _C_SPELLING[name].format(*args, f=f, one=f"1.0{f}")
     return f"{name}{f}({', '.join(args)})"

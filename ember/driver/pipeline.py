@@ -130,7 +130,7 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     from ember.schedule.default import default_schedule
     from ember.schedule.hoist import hoist_invariant_divisions
     from ember.toolchain.compiler import build_library
-    from ember.toolchain.units import build_library_from_units
+    from ember.toolchain.units import UnitSource, build_library_from_units
 
     options = options or BuildOptions()
     started = time.perf_counter()
@@ -180,8 +180,9 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
         units = generate_units(module) if options.target.arch != "wasm32" else None
         source = units.listing() if units is not None else generate_c(module)
     if units is not None:
-        library = build_library_from_units(units.sources(), options.target,
-                                           sanitize=options.sanitize)
+        library = build_library_from_units(
+            [UnitSource(text, flags) for text, flags in units.flagged_sources()],
+            options.target, sanitize=options.sanitize)
     else:
         library = build_library(source, options.target, sanitize=options.sanitize)
     return Build(g, options.target, source, library.path, impls, used_constants, weight_offsets,

@@ -7,10 +7,10 @@ the first of ``cc``, ``gcc``, ``clang`` on ``PATH``, else the ``ziglang`` Python
 :func:`compile_shared` builds with ``-O3 -std=c11 -fPIC -shared`` plus the target's ``-march``
 flags, OpenMP when the compiler has a working one (probed once per compiler), and
 ``-ffp-contract=fast -fno-math-errno`` -- but never ``-ffast-math``: models rely on NaN and
-infinities behaving as IEEE 754 says.  (``-fno-trapping-math`` was tried: it lets GCC
-vectorize the fast exp/erf, but it made the Clip epilogue of small-K GEMMs scalar and
-MobileNetV2 1.6x slower, so it is off until the epilogues are written to vectorize either
-way.)  Results are cached (:mod:`ember.toolchain.cache`).
+infinities behaving as IEEE 754 says.  (``-fno-trapping-math`` is not global either: it
+made the Clip epilogue of small-K GEMMs scalar and MobileNetV2 1.6x slower.  Only the kernel
+units that call the fast exp/tanh/erf/sigmoid get it, which GCC needs to vectorize them; see
+``ember.codegen.c_fast_math.UNIT_FLAGS``.)  Results are cached (:mod:`ember.toolchain.cache`).
 
 ``sanitize=True`` builds with AddressSanitizer and UBSan, aborting on the first error.  Such a
 library can only be loaded by a process that has the ASan runtime loaded first: run it in a

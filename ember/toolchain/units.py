@@ -30,9 +30,18 @@ OBJECT_SUFFIX = ".o"
 
 
 @dataclass(frozen=True)
+class UnitSource:
+    """A translation unit and the flags it needs beyond the library's (they join its key)."""
+
+    text: str
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class _Unit:
     key: str
     source: str
+    flags: tuple[str, ...]
 
 
 def compile_jobs() -> int:
@@ -54,11 +63,13 @@ def compile_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def build_library_from_units(sources: Sequence[str], target: Target, opt_level: int = 3,
+def build_library_from_units(sources: Sequence[str | UnitSource], target: Target,
+                             opt_level: int = 3,
                              sanitize: bool = False, extra_flags: Sequence[str] = (), *,
                              cache: CompileCache | None = None) -> CachedFile:
     """Compile each C source in ``sources`` to an object (reusing cached ones) and link them
-    all into one shared library for ``target``; return the verified library."""
+    all into one shared library for ``target``; return the verified library.  A
+    :class:`UnitSource` adds its own flags to its unit's compile."""
     if target.arch == "wasm32":
         raise ToolchainError("WebAssembly modules are built from one translation unit; use "
                              "build_library")
@@ -66,8 +77,12 @@ def build_library_from_units(sources: Sequence[str], target: Target, opt_level: 
     flags = compile_flags(compiler, target, opt_level, sanitize, extra_flags)
     object_flags = [flag for flag in flags if flag != "-shared"] + ["-c"]
     identity = [json.dumps(target.to_dict(), sort_keys=True)]
-    units = [_Unit(cache_key(source, [*object_flags, *identity], compiler.identity), source)
-             for source in sources]
+    units = []
+    for item in sources:
+        unit = item if isinstance(item, UnitSource) else UnitSource(item)
+        unit_flags = [*object_flags, *unit.flags]
+        units.append(_Unit(cache_key(unit.text, [*unit_flags, *identity], compiler.identity),
+                           unit.text, unit.flags))
     cache = cache if cache is not None else CompileCache()
     library_key = cache_key("\0".join(unit.key for unit in units), [*flags, *identity],
                             compiler.identity)
@@ -121,7 +136,7 @@ def _compile_object(unit: _Unit, compiler: Compiler, flags: list[str],
     src = _writable(lambda: cache.write_text(unit.key, ".c", unit.source), cache)
     temp = _writable(lambda: cache.temp_path(unit.key, OBJECT_SUFFIX), cache)
     try:
-        run_compiler(compiler, flags, [src], temp, libraries=())
+        run_compiler(compiler, [*flags, *unit.flags], [src], temp, libraries=())
         stats.objects_compiled += 1
         return _writable(lambda: cache.commit(temp, unit.key, OBJECT_SUFFIX), cache)
     finally:

@@ -113,3 +113,24 @@ def test_compile_jobs_comes_from_the_environment(monkeypatch):
             compile_jobs()
     monkeypatch.delenv("EMBER_COMPILE_JOBS")
     assert compile_jobs() >= 1
+
+
+def test_only_units_calling_the_fast_float_math_get_its_flags(cache_dir):
+    """A kernel calling the fast erf is compiled with ``-fno-trapping-math`` (so GCC
+    vectorizes it) and still gives erf; a Relu kernel keeps the library's flags."""
+    from math import erf
+
+    from ember.codegen.c_fast_math import UNIT_FLAGS
+
+    nodes = [helper.make_node("Erf", ["x"], ["e"]), helper.make_node("Relu", ["x"], ["r"])]
+    graph = helper.make_graph(
+        nodes, "erf_and_relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [67])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [67]) for n in ("e", "r")])
+    module = ember.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    flags = {"em_erff(" in unit.source: unit.flags for unit in module.build.units.kernels}
+    assert flags == {True: UNIT_FLAGS, False: ()}
+    x = np.linspace(-4, 4, 67, dtype=np.float32)
+    e, r = module(x)
+    np.testing.assert_allclose(e, [erf(v) for v in x.astype(np.float64)], rtol=1e-6,
+                               atol=1e-7)
+    np.testing.assert_array_equal(r, np.maximum(x, 0))
