@@ -128,6 +128,7 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     """Compile ``graph`` for the given input shapes (required for dynamic dims)."""
     from ember.codegen.c import CModule, generate_c, generate_units, kernel_symbol
     from ember.schedule.default import default_schedule
+    from ember.ir.loop.index_simplify import simplify_indices
     from ember.schedule.hoist import hoist_invariant_divisions
     from ember.toolchain.compiler import build_library
     from ember.toolchain.units import UnitSource, build_library_from_units
@@ -159,8 +160,8 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
             with _internal_errors(f"scheduling kernel {impl.index} ({_members(impl)})"):
                 if options.opt_level >= 1:
                     _use_gemm_template(g, impl, options.target)
-                impl.func = hoist_invariant_divisions(default_schedule(impl.func,
-                                                                      options.target))
+                scheduled = simplify_indices(default_schedule(impl.func, options.target))
+                impl.func = hoist_invariant_divisions(scheduled)
 
     with _internal_errors("planning memory and generating the entry point"):
         used_constants = _used_constants(g, impls)

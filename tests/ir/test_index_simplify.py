@@ -1,0 +1,174 @@
+"""Range-aware index simplification (``ember.ir.loop.index_simplify``): every rewrite is
+checked against brute-force evaluation of the original index over the whole loop space."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember.core.dtypes import DType
+from ember.ir.loop.expr import Binary, Const, Expr, Var
+from ember.ir.loop.functor import walk
+from ember.ir.loop.index_simplify import interval, simplify_index
+
+I64 = DType.INT64
+
+
+def _c(value: int) -> Const:
+    return Const(value, I64)
+
+
+def _evaluate(expr: Expr, env: dict[Var, int]) -> int:
+    """Exact integer semantics of the IR: floor for floordiv/floormod, C truncation for
+    div/mod."""
+    if isinstance(expr, Const):
+        return int(expr.value)
+    if isinstance(expr, Var):
+        return env[expr]
+    assert isinstance(expr, Binary), expr
+    a, b = _evaluate(expr.a, env), _evaluate(expr.b, env)
+    if expr.op == "add":
+        return a + b
+    if expr.op == "sub":
+        return a - b
+    if expr.op == "mul":
+        return a * b
+    if expr.op == "floordiv":
+        return a // b
+    if expr.op == "floormod":
+        return a % b
+    if expr.op == "div":
+        return abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)
+    if expr.op == "mod":
+        return a - b * _evaluate(Binary("div", _c(a), _c(b)), env)
+    if expr.op == "min":
+        return min(a, b)
+    if expr.op == "max":
+        return max(a, b)
+    raise AssertionError(expr.op)
+
+
+def _divisions(expr: Expr) -> int:
+    return sum(isinstance(n, Binary) and n.op in ("floordiv", "floormod", "div", "mod")
+               for n in walk(expr))
+
+
+def _check_equal_everywhere(original: Expr, simplified: Expr, ranges: dict[Var, tuple]) -> None:
+    names = list(ranges)
+    for point in itertools.product(*(range(lo, hi + 1) for lo, hi in ranges.values())):
+        env = dict(zip(names, point))
+        assert _evaluate(simplified, env) == _evaluate(original, env), (env, original,
+                                                                        simplified)
+
+
+def _flat(indices: list[Expr], shape: list[int]) -> Expr:
+    flat: Expr = _c(0)
+    for index, size in zip(indices, shape):
+        flat = flat * _c(size) + index
+    return flat
+
+
+def _unflat(flat: Expr, shape: list[int]) -> list[Expr]:
+    out = []
+    for axis in range(len(shape)):
+        stride = int(np.prod(shape[axis + 1:]))
+        out.append(Binary("floormod", Binary("floordiv", flat, _c(stride)), _c(shape[axis])))
+    return out
+
+
+def test_a_reshape_round_trip_becomes_the_plain_flat_index():
+    """GPT-2's GELU between two Reshapes: (1, 128, 3072) -> (128, 3072) -> back."""
+    f, j = Var("f"), Var("j")
+    ranges = {f: (0, 127), j: (0, 3071)}
+    outer = [Binary("floordiv", f, _c(128)), Binary("floormod", f, _c(128)), j]  # fused loop
+    source = _unflat(_flat(outer, [1, 128, 3072]), [128, 3072])
+    index = _flat(source, [128, 3072])
+    simplified = simplify_index(index, ranges)
+    assert _divisions(simplified) == 0, simplified
+    _check_equal_everywhere(index, simplified, {f: (0, 127), j: (0, 40)})
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_reshape_chains_keep_their_value(seed):
+    """Index through a random chain of reshapes (each a flatten and an unflatten of the same
+    elements), some with an offset (padding) that must keep its divisions."""
+    rng = random.Random(seed)
+    rank = rng.randint(1, 3)
+    shape = [rng.randint(1, 5) for _ in range(rank)]
+    loops = [Var(f"i{k}") for k in range(rank)]
+    ranges = {v: (0, size - 1) for v, size in zip(loops, shape)}
+    indices: list[Expr] = list(loops)
+    total = int(np.prod(shape))
+    shifted = False
+    for _ in range(rng.randint(1, 3)):
+        flat = _flat(indices, shape)
+        if rng.random() < 0.3:
+            flat = flat + _c(rng.choice([-2, -1, 1, 3]))  # an offset: may leave the range
+            shifted = True
+        factors = [d for d in range(1, total + 1) if total % d == 0]
+        first = rng.choice(factors)
+        shape = [first, total // first]
+        indices = _unflat(flat, shape)
+    index = _flat(indices, shape)
+    simplified = simplify_index(index, ranges)
+    _check_equal_everywhere(index, simplified, ranges)
+    if not shifted:  # a pure reshape chain is the flat index of the loops again
+        assert _divisions(simplified) == 0, simplified
+
+
+def test_divisions_the_ranges_do_not_make_exact_stay():
+    i, j = Var("i"), Var("j")
+    ranges = {i: (0, 4), j: (0, 2)}
+    shifted = Binary("floordiv", i * _c(3) + j - _c(1), _c(3))  # j - 1 may be negative
+    assert simplify_index(shifted, ranges) is shifted
+    unknown = Binary("floormod", Var("k") * _c(3) + j, _c(3))  # k has no range, j does
+    assert _divisions(simplify_index(unknown, ranges)) == 0  # k's multiple drops out anyway
+    truncating = Binary("div", i * _c(3) + j - _c(2), _c(3))  # C division of a negative
+    assert simplify_index(truncating, ranges) is truncating
+    _check_equal_everywhere(truncating, simplify_index(truncating, ranges), ranges)
+
+
+def test_quotient_and_remainder_recombine_without_a_range():
+    f = Var("f")
+    index = Binary("floordiv", f, _c(128)) * _c(256) + Binary("floormod", f, _c(128)) * _c(2)
+    simplified = simplify_index(index, {})
+    assert _divisions(simplified) == 0
+    _check_equal_everywhere(index, simplified, {f: (-300, 300)})
+
+
+def test_values_that_are_not_indices_are_left_alone():
+    x = Var("x", DType.INT32)
+    value = Binary("floordiv", x * Const(4, DType.INT32), Const(4, DType.INT32))
+    assert simplify_index(value, {x: (0, 3)}) is value
+
+
+def test_interval_of_divisions():
+    i = Var("i")
+    assert interval(Binary("floordiv", i, _c(4)), {i: (0, 9)}) == (0, 2)
+    assert interval(Binary("floormod", i, _c(4)), {i: (4, 6)}) == (0, 2)
+    assert interval(Binary("floormod", i, _c(4)), {i: (0, 9)}) == (0, 3)
+    assert interval(Binary("mod", i, _c(4)), {i: (-5, 9)}) == (-3, 3)
+    assert interval(i * _c(-2) + _c(1), {i: (0, 3)}) == (-5, 1)
+
+
+def test_a_fused_reshape_gelu_kernel_indexes_without_divisions_and_computes_gelu():
+    shapes = [numpy_helper.from_array(np.array([12, 34], dtype=np.int64), "s1"),
+              numpy_helper.from_array(np.array([1, 12, 34], dtype=np.int64), "s2")]
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["a"]),
+             helper.make_node("Gelu", ["a"], ["b"], approximate="tanh"),
+             helper.make_node("Reshape", ["b", "s2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "reshape_gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12, 34])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 34])], shapes)
+    module = ember.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]))
+    (unit,) = module.build.units.kernels
+    assert "em_floordiv" not in unit.source and "em_floormod" not in unit.source
+    x = np.linspace(-5, 5, 12 * 34, dtype=np.float32).reshape(1, 12, 34)
+    x64 = x.astype(np.float64)
+    want = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))
+    np.testing.assert_allclose(module(x), want, rtol=1e-5, atol=1e-6)
