@@ -44,6 +44,9 @@ class Workload:
     # Compile without the compilers' caches (ember's library cache, inductor's caches), so
     # that the setup time is a first compile even on a rerun.
     cold_compile: bool = False
+    # Let ONNX Runtime's idle workers keep spinning after a run (its default; see
+    # OnnxRuntimePeer): only fair on a machine with a core to spare for them.
+    ort_spin: bool = False
 
 
 @dataclass
@@ -160,7 +163,15 @@ def _fresh_ember_cache(enabled: bool) -> Iterator[None]:
 
 class OnnxRuntimePeer(Peer):
     """ONNX Runtime as deployed on CPU: all graph optimizations, sequential execution,
-    ``threads`` intra-op threads, one inter-op thread (idle workers spin, the default)."""
+    ``threads`` intra-op threads, one inter-op thread.  Its workers spin within a run, as by
+    default, but stop spinning when the run returns (``session.force_spinning_stop``):
+    otherwise they keep spinning for hundreds of milliseconds after every call, and on a
+    2-core machine whichever contender runs next loses a core (ember's 128x768x3072 GEMM
+    measured 13.5 ms 10 ms after an ORT run, 5.2 ms with this option).  ORT itself is not
+    slower for it on a model of milliseconds; on a sub-millisecond one it pays for waking its
+    workers at every run (the MLP at batch 1: 0.14 ms with spinning, 0.25 ms without), which
+    ``Workload.ort_spin`` (``ember bench --ort-spin``) avoids on a machine with cores to
+    spare."""
 
     name, label = "onnxruntime", "ORT"
     requires = ("onnxruntime",)
@@ -179,6 +190,8 @@ class OnnxRuntimePeer(Peer):
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only
+        if not workload.ort_spin:
+            options.add_session_config_entry("session.force_spinning_stop", "1")
         session = ort.InferenceSession(_onnx_path(workload), options,
                                        providers=["CPUExecutionProvider"])
         names = [i.name for i in session.get_inputs()]
@@ -186,7 +199,17 @@ class OnnxRuntimePeer(Peer):
         def run(inputs: Inputs) -> list[np.ndarray]:
             return list(session.run(None, _only(inputs, names)))
 
-        return Prepared(run)
+        stops = _ort_config(session, "session.force_spinning_stop") == "1"
+        return Prepared(run, {"idle_workers": "stop spinning after each run" if stops
+                              else "spin"})
+
+
+def _ort_config(session: Any, key: str) -> str:
+    """A session config entry as the session holds it ("" when unset)."""
+    try:
+        return session.get_session_options().get_session_config_entry(key)
+    except Exception:  # noqa: BLE001 -- ORT raises a plain Fail for an unset key
+        return ""
 
 
 # --------------------------------------------------------------------------- OpenVINO

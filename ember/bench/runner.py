@@ -40,6 +40,7 @@ class Settings:
     cache_dir: Path | None = None
     refresh_exports: bool = False
     cold_compile: bool = False  # see peers.Workload.cold_compile
+    ort_spin: bool = False  # see peers.Workload.ort_spin
     traceback: bool = False  # keep full tracebacks of failures in the results
 
 
@@ -126,7 +127,7 @@ def run_case(entry: ZooEntry, batch: int, exporters: Sequence[str], peers: Seque
                                         f"FAILED ({how}): {_first_line(record.error)}"))
         if record.ok:
             workloads.append(Workload(entry.name, built, settings.threads, record.path,
-                                      exporter, settings.cold_compile))
+                                      exporter, settings.cold_compile, settings.ort_spin))
     torch_workload = Workload(entry.name, built, settings.threads,
                               cold_compile=settings.cold_compile)
 

@@ -237,3 +237,27 @@ def test_cold_compile_bypasses_embers_library_cache(zoo_cache, tmp_path, monkeyp
     workload.cold_compile = True
     assert not peer.prepare(workload).details["library_from_cache"]
     assert os.environ["EMBER_CACHE_DIR"] == str(tmp_path / "ember-cache")  # restored
+
+
+@pytest.mark.parametrize("spin", [False, True])
+def test_onnxruntime_workers_stop_spinning_after_a_run_unless_asked(tmp_path, spin):
+    """ORT's idle workers would otherwise spin on after each call and take a core from the
+    contender timed next; --ort-spin keeps ORT's default."""
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, save
+
+    from ember.bench.peers import OnnxRuntimePeer
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "relu.onnx"
+    save(model, str(path))
+    prepared = OnnxRuntimePeer().prepare(Workload("relu", None, 2, str(path), "single-op",
+                                                  ort_spin=spin))
+    x = np.array([-1, 2, -3, 4], dtype=np.float32)
+    np.testing.assert_array_equal(prepared({"x": x})[0], np.maximum(x, 0))
+    assert prepared.details["idle_workers"] == ("spin" if spin else
+                                                "stop spinning after each run")

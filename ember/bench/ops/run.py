@@ -101,7 +101,8 @@ def run_op(use: ConfigUse, settings: Settings, path: Path, *, with_mkl: bool = T
         result.error = f"building the single-op model failed: {_text(error)}"
         return result
     onnx.save(single.model, str(path))
-    workload = Workload(result.summary, None, settings.threads, str(path), "single-op")
+    workload = Workload(result.summary, None, settings.threads, str(path), "single-op",
+                        ort_spin=settings.ort_spin)
 
     preparers: dict[str, Callable[[], Prepared]] = {
         "onnxruntime": lambda: OnnxRuntimePeer().prepare(workload),
