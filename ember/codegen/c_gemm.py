@@ -283,6 +283,29 @@ def _emit_pack_panel(em: "_KernelEmitter", s: Gemm, inner: int, p: str, bt: str,
     line(inner, f"const float *{src} = {em._buffer(s.b)} + ({em.exprs.expr(s.b_base)});")
     line(inner, f"float *{dst} = {em._buffer(s.pack)} + ({bt} * {count} + {p} - {first}) * "
                 f"{s.k * nr};")
+    # A panel whose columns are evenly spaced elements of B -- an im2col panel within one
+    # output row of a convolution, no padding column: most of them -- is copied with B's
+    # column stride known at compile time, which compiles to vector moves (a memcpy of NR
+    # floats at stride 1); the others gather per column.
+    step = s.b_j_dims[-1][1] if s.b_j_dims else 1
+    uniform = fresh("uniform")
+    line(inner, f"int {uniform} = {offsets}[0] >= 0;")
+    line(inner, f"for (long {q} = 1; {q} < {nr}; ++{q}) "
+                f"{uniform} &= {offsets}[{q}] == {offsets}[0] + {q} * {step};")
+    line(inner, f"if ({uniform}) {{")
+    _emit_pack_rows(em, s, inner + 1, (q, kk, offsets, src, dst), step)
+    line(inner, "} else {")
+    _emit_pack_rows(em, s, inner + 1, (q, kk, offsets, src, dst), None)
+    line(inner, "}")
+
+
+def _emit_pack_rows(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str, ...],
+                    step: int | None) -> None:
+    """The loops over B's reduction dims copying one panel row per step: by column offsets
+    (``step`` None; zero for padding) or NR floats ``step`` apart from the first offset."""
+    fresh, line = em.names.fresh, em.line
+    nr = s.knobs.nr
+    q, kk, offsets, src, dst = names
     line(inner, f"long {kk} = 0;")
     k_vars = [fresh("k") for _ in s.b_k_dims]
     for level, (var, (extent, _)) in enumerate(zip(k_vars, s.b_k_dims)):
@@ -290,9 +313,16 @@ def _emit_pack_panel(em: "_KernelEmitter", s: Gemm, inner: int, p: str, bt: str,
     body = inner + len(k_vars)
     k_offset = " + ".join(f"{var} * {stride}" for var, (_, stride) in zip(k_vars, s.b_k_dims))
     line(body, f"const float *row = {src} + {k_offset};")
-    line(body, f"for (long {q} = 0; {q} < {nr}; ++{q})")
-    line(body + 1, f"{dst}[{kk} * {nr} + {q}] = {offsets}[{q}] >= 0 ? "
-                   f"row[{offsets}[{q}]] : 0.0f;")
+    if step is None:
+        line(body, f"for (long {q} = 0; {q} < {nr}; ++{q})")
+        line(body + 1, f"{dst}[{kk} * {nr} + {q}] = {offsets}[{q}] >= 0 ? "
+                       f"row[{offsets}[{q}]] : 0.0f;")
+    elif step == 1:
+        line(body, f"__builtin_memcpy({dst} + {kk} * {nr}, row + {offsets}[0], "
+                   f"{nr} * sizeof(float));")
+    else:
+        line(body, f"for (long {q} = 0; {q} < {nr}; ++{q})")
+        line(body + 1, f"{dst}[{kk} * {nr} + {q}] = row[{offsets}[0] + {q} * {step}];")
     line(body, f"++{kk};")
     for level in range(body - 1, inner - 1, -1):
         line(level, "}")

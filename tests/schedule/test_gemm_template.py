@@ -143,11 +143,17 @@ def _conv_reference(x, w, stride, pads, dilation):
     return out
 
 
-@pytest.mark.parametrize("batch,stride,pads,dilation", [(1, 1, [1, 1, 1, 1], 1),
-                                                        (2, 2, [1, 0, 2, 1], 1),
-                                                        (1, 1, [0, 0, 0, 0], 2)])
-def test_convolution_is_an_im2col_gemm_packed_at_run_time(batch, stride, pads, dilation):
-    x, w, bias = _randn(batch, 8, 13, 12), _randn(20, 8, 3, 3), _randn(20)
+# Widths of 12 give output rows narrower than a 16-column panel (every panel is gathered
+# column by column); widths of 40 and 75 give panels within one output row, copied as
+# evenly spaced runs (stride 1, 2, and dilated), beside panels that span two rows.
+@pytest.mark.parametrize("batch,stride,pads,dilation,width", [(1, 1, [1, 1, 1, 1], 1, 12),
+                                                              (2, 2, [1, 0, 2, 1], 1, 12),
+                                                              (1, 1, [0, 0, 0, 0], 2, 12),
+                                                              (1, 1, [1, 1, 1, 1], 1, 40),
+                                                              (2, 2, [1, 0, 2, 1], 1, 75),
+                                                              (1, 1, [0, 2, 0, 1], 2, 40)])
+def test_convolution_is_an_im2col_gemm_packed_at_run_time(batch, stride, pads, dilation, width):
+    x, w, bias = _randn(batch, 8, 13, width), _randn(20, 8, 3, 3), _randn(20)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[3, 3],
                               strides=[stride, stride], pads=pads,
                               dilations=[dilation, dilation]),
@@ -222,6 +228,19 @@ SANITIZED = textwrap.dedent("""
         out = module.run({"x": a})["y"]
         assert np.allclose(out, np.maximum(a @ w.T + b, 0), rtol=1e-4, atol=1e-4)
         ran += 1
+    for stride in (1, 2):  # panels packed as evenly spaced runs, and gathered ones
+        x = rng.standard_normal((1, 3, 7, 41)).astype(np.float32)
+        w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+        conv = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3],
+                                 strides=[stride, stride], pads=[1, 1, 1, 1])]
+        module = ember.compile(model(conv, [("x", [1, 3, 7, 41])], {"w": w}), sanitize=True)
+        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        oh, ow = (7 - 1) // stride + 1, (41 - 1) // stride + 1
+        want = sum(np.einsum("nchw,mc->nmhw",
+                             xp[:, :, r:r + stride * oh:stride, q:q + stride * ow:stride],
+                             w[:, :, r, q]) for r in range(3) for q in range(3))
+        assert np.allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+        ran += 1
     a = rng.standard_normal((2, 11, 40)).astype(np.float32)
     z = rng.standard_normal((2, 40, 19)).astype(np.float32)
     module = ember.compile(model([helper.make_node("MatMul", ["x", "z"], ["y"])],
@@ -242,4 +261,4 @@ def test_gemm_template_is_clean_under_asan_and_ubsan():
     report = result.stdout[-3000:] + result.stderr[-6000:]
     assert result.returncode == 0, report
     assert "runtime error" not in result.stderr, report
-    assert "ran 4" in result.stdout, report
+    assert "ran 6" in result.stdout, report
