@@ -112,6 +112,12 @@ class ExprEmitter:
         if isinstance(e, Binary) and e.lanes == 1 and e.dtype is DType.INT64 and \
                 e.op in _PLAIN_INDEX_OPS:
             return f"({self.index(e.a)} {_PLAIN_INDEX_OPS[e.op]} {self.index(e.b)})"
+        # C's truncating division by a positive constant is defined for every dividend;
+        # the IR's div/mod are that division (range analysis writes floor division of a
+        # non-negative index so, see ember.ir.loop.index_simplify)
+        if isinstance(e, Binary) and e.lanes == 1 and e.dtype is DType.INT64 and \
+                e.op in ("div", "mod") and isinstance(e.b, Const) and int(e.b.value) > 0:
+            return f"({self.index(e.a)} {'/' if e.op == 'div' else '%'} {self.index(e.b)})"
         return self.expr(e)
 
     def scalar(self, e: Expr) -> str:

@@ -125,12 +125,28 @@ def test_divisions_the_ranges_do_not_make_exact_stay():
     i, j = Var("i"), Var("j")
     ranges = {i: (0, 4), j: (0, 2)}
     shifted = Binary("floordiv", i * _c(3) + j - _c(1), _c(3))  # j - 1 may be negative
-    assert simplify_index(shifted, ranges) is shifted
+    kept = simplify_index(shifted, ranges)  # i - 1 + (j + 2) / 3: a division remains
+    assert _divisions(kept) == 1
+    _check_equal_everywhere(shifted, kept, ranges)
     unknown = Binary("floormod", Var("k") * _c(3) + j, _c(3))  # k has no range, j does
     assert _divisions(simplify_index(unknown, ranges)) == 0  # k's multiple drops out anyway
     truncating = Binary("div", i * _c(3) + j - _c(2), _c(3))  # C division of a negative
     assert simplify_index(truncating, ranges) is truncating
     _check_equal_everywhere(truncating, simplify_index(truncating, ranges), ranges)
+
+
+def test_a_division_of_a_non_negative_index_becomes_c_division():
+    """A transpose's index: (i * 768 + j) // 64 % 12 with j in [0, 768) is j / 64 (C's
+    division, as the dividend is non-negative), and the remainder j % 64."""
+    i, j = Var("i"), Var("j")
+    ranges = {i: (0, 127), j: (0, 767)}
+    flat = i * _c(768) + j
+    index = Binary("floormod", Binary("floordiv", flat, _c(64)), _c(12)) * _c(8192) + \
+        i * _c(64) + Binary("floormod", flat, _c(64))
+    simplified = simplify_index(index, ranges)
+    ops = {n.op for n in walk(simplified) if isinstance(n, Binary)}
+    assert "floordiv" not in ops and "floormod" not in ops and {"div", "mod"} <= ops
+    _check_equal_everywhere(index, simplified, {i: (0, 3), j: (0, 767)})
 
 
 def test_quotient_and_remainder_recombine_without_a_range():

@@ -11,9 +11,12 @@ between two Reshapes, ran at 0.3 GFLOP/s for that reason alone).
 :func:`simplify_indices` walks a kernel with the interval of every loop variable (and of every
 ``LetStmt`` whose value is index arithmetic) and rewrites the index of each Load and Store:
 
-* a division by a positive constant ``c`` of ``c * q + r`` whose remainder part ``r`` provably
-  lies in ``[0, c)`` becomes ``q`` (floor division) or ``r`` (modulo); truncating ``div`` and
-  ``mod`` only when the whole dividend is provably non-negative;
+* a floor division by a positive constant ``c`` of ``c * q + r`` becomes ``q + r // c`` and
+  its modulo ``r % c`` (exact whatever ``r``); then ``r // c`` is 0 and ``r % c`` is ``r``
+  when ``r`` provably lies in ``[0, c)``, and a provably non-negative ``r`` is divided with
+  C's truncating ``div``/``mod``, which code generation writes as plain ``/`` and ``%``
+  (truncating ``div``/``mod`` of the IR are rewritten only when their whole dividend is
+  provably non-negative);
 * ``(x // c) * c * k + (x % c) * k`` becomes ``x * k``.
 
 Only buffer indices are rewritten: they are int64 values that address memory, so bounded by the
@@ -235,7 +238,10 @@ def _range_of(terms: dict[Expr, int], constant: int, ranges: Ranges) -> Interval
 
 # --------------------------------------------------------------------------- rewrites
 def _exact_division(node: Binary, ranges: Ranges) -> Expr | None:
-    """``c * q + r`` divided by ``c``, when ``r`` is in ``[0, c)``: ``q`` or ``r``."""
+    """``c * q + r`` divided by a positive constant ``c``: ``q + r // c`` and ``r % c``
+    (exact for floor division, whatever ``r``); then ``r // c`` is 0 and ``r % c`` is ``r``
+    when ``r`` lies in ``[0, c)``, and a non-negative ``r`` divides with C's truncating
+    ``div``/``mod``, which code generation writes as plain ``/`` and ``%``."""
     divisor = _positive_constant(node.b)
     if divisor is None:
         return None
@@ -248,11 +254,28 @@ def _exact_division(node: Binary, ranges: Ranges) -> Expr | None:
     rest_terms = {t: c for t, c in terms.items() if c % divisor != 0}
     quotient_constant, rest_constant = divmod(constant, divisor)
     rest = _range_of(rest_terms, rest_constant, ranges)
-    if rest is None or rest[0] < 0 or rest[1] >= divisor:
+    split = bool(quotient_terms) or quotient_constant != 0
+    within = rest is not None and 0 <= rest[0] and rest[1] < divisor
+    non_negative = rest is not None and rest[0] >= 0
+    if not (split or within or (non_negative and node.op in ("floordiv", "floormod"))):
         return None
+    remainder = _build(rest_terms, rest_constant)
     if node.op in ("floordiv", "div"):
-        return _build(quotient_terms, quotient_constant)
-    return _build(rest_terms, rest_constant)
+        if within:
+            return _build(quotient_terms, quotient_constant)
+        op = "div" if non_negative else "floordiv"
+        divided = Binary(op, remainder, node.b)
+        terms = dict(quotient_terms)
+        terms[divided] = terms.get(divided, 0) + 1
+        return _build(terms, quotient_constant)
+    if within:
+        return remainder
+    return Binary("mod" if non_negative else "floormod", remainder, node.b)
+
+
+# remainder op -> its quotient op: (x // c) * c + x % c == x for floor division, and for C's
+# truncating division too
+_QUOTIENT_OF = {"floormod": "floordiv", "mod": "div"}
 
 
 def _recombine(node: Binary) -> Expr | None:
@@ -261,16 +284,19 @@ def _recombine(node: Binary) -> Expr | None:
     terms, constant = _linear(node)
     quotients = {}
     for term in terms:
-        key = _division_key(term, "floordiv")
+        key = _division_key(term, ("floordiv", "div"))
         if key is not None:
             quotients.setdefault(key, term)
     changed = False
     for term in list(terms):
-        key = _division_key(term, "floormod")
-        if key is None or term not in terms or key not in quotients:
+        key = _division_key(term, ("floormod", "mod"))
+        if key is None or term not in terms:
+            continue
+        key = (_QUOTIENT_OF[key[0]],) + key[1:]
+        if key not in quotients:
             continue
         quotient, k = quotients[key], terms[term]
-        if quotient not in terms or terms[quotient] != k * key[0]:
+        if quotient not in terms or terms[quotient] != k * key[1]:
             continue
         del terms[term], terms[quotient]
         inner_terms, inner_constant = _linear(term.a)
@@ -283,13 +309,13 @@ def _recombine(node: Binary) -> Expr | None:
     return _build({t: c for t, c in terms.items() if c}, constant)
 
 
-def _division_key(term: Expr, op: str) -> tuple | None:
-    """(divisor, dividend as a linear form) of ``term`` if it is ``op`` by a positive
-    constant."""
-    if not (isinstance(term, Binary) and term.op == op):
+def _division_key(term: Expr, ops: tuple[str, ...]) -> tuple | None:
+    """(op, divisor, dividend as a linear form) of ``term`` if it is one of ``ops`` by a
+    positive constant."""
+    if not (isinstance(term, Binary) and term.op in ops):
         return None
     divisor = _positive_constant(term.b)
     if divisor is None:
         return None
     inner_terms, inner_constant = _linear(term.a)
-    return divisor, frozenset(inner_terms.items()), inner_constant
+    return term.op, divisor, frozenset(inner_terms.items()), inner_constant
