@@ -48,7 +48,7 @@ from typing import Sequence
 from ember.core.target import Target
 from ember.codegen.c_expr import ExprEmitter, ModuleContext
 from ember.codegen.c_fast_math import UNIT_FLAGS as FAST_FLOAT_UNIT_FLAGS, uses_fast_float
-from ember.codegen.c_gemm import emit_gemm, gemm_buffers
+from ember.codegen.c_gemm import emit_gemm, gemm_buffers, shared_gemm_unit
 from ember.codegen.c_names import Names, c_comment, c_identifier
 from ember.codegen.c_types import CodegenError, compute_ctype, storage_ctype
 from ember.ir.loop.buffer import Buffer
@@ -150,13 +150,52 @@ class CUnits:
                          for n, source in enumerate(self.sources()))
 
 
-def generate_units(module: CModule) -> CUnits:
+@dataclass(frozen=True)
+class KernelUnitOf:
+    """A kernel's unit, with the prototype the entry unit declares it by (its readable
+    name bound to the unit's symbol)."""
+
+    unit: KernelUnit
+    prototype: str
+    # units it calls into (the shared GEMM micro-kernels), linked with it
+    shared: tuple[KernelUnit, ...] = ()
+
+
+def kernel_unit(func: PrimFunc, target: Target,
+                max_stack_bytes: int = DEFAULT_MAX_STACK_BYTES) -> KernelUnitOf:
+    """The translation unit of one kernel.  It depends on the kernel alone, so a caller may
+    make it -- and start compiling it -- as soon as the kernel is final, before the others
+    (see ``ember.driver.pipeline``)."""
+    verify_func(func)
+    ctx = ModuleContext(target, shared_gemm=True)
+    emitter = _KernelEmitter(ctx, func, {_UNIT_PLACEHOLDER, *THREAD_FUNCTIONS}, max_stack_bytes)
+    kernel = emitter.emit(_UNIT_PLACEHOLDER, exported=False, linkage="EMBER_INTERNAL ")
+    text = "\n\n".join([_prelude(target, ctx), _THREAD_DECLARATION, kernel]) + "\n"
+    link = KERNEL_UNIT_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    flags = FAST_FLOAT_UNIT_FLAGS if uses_fast_float(ctx.helpers) else ()
+    prototype = (f'EMBER_INTERNAL void {kernel_symbol(func)}({emitter.param_decls}) '
+                 f'__asm__("{link}");')
+    shared = tuple(_shared_gemm_unit(target, *tile) for tile in sorted(ctx.shared_gemm_tiles))
+    return KernelUnitOf(KernelUnit(link, text.replace(_UNIT_PLACEHOLDER, link), flags),
+                        prototype, shared)
+
+
+def _shared_gemm_unit(target: Target, vectors: int, lanes: int, mr: int) -> KernelUnit:
+    text = shared_gemm_unit(_prelude(target, ModuleContext(target)), vectors, lanes, mr)
+    return KernelUnit("ember_gemm_shared_" + hashlib.sha256(text.encode()).hexdigest()[:32],
+                      text)
+
+
+def generate_units(module: CModule,
+                   made: Sequence[tuple[PrimFunc, KernelUnitOf]] = ()) -> CUnits:
     """``module`` as one translation unit per distinct kernel plus the entry unit.
 
     Units compile in parallel and are cached one by one, so a model builds as fast as its
     biggest kernel on enough cores and a rebuild compiles only the kernels that changed.
     Kernels are internal to the library (hidden visibility): ``exports`` may name only
-    functions of ``extra_source``."""
+    functions of ``extra_source``.  ``made`` pairs kernels with the units
+    :func:`kernel_unit` already made of them; a kernel that is not (the same object) in it
+    gets its unit made here."""
     symbols = [kernel_symbol(k) for k in module.kernels]
     duplicates = sorted({s for s in symbols if symbols.count(s) > 1})
     if duplicates:
@@ -167,19 +206,16 @@ def generate_units(module: CModule) -> CUnits:
     units: dict[str, KernelUnit] = {}
     links: dict[str, str] = {}
     prototypes = []
+    known = {id(func): (func, of) for func, of in made}  # the pairs keep their ids alive
     for func, name in zip(module.kernels, symbols):
-        verify_func(func)
-        ctx = ModuleContext(module.target)
-        emitter = _KernelEmitter(ctx, func, {_UNIT_PLACEHOLDER, *THREAD_FUNCTIONS},
-                                 module.max_stack_bytes)
-        kernel = emitter.emit(_UNIT_PLACEHOLDER, exported=False, linkage="EMBER_INTERNAL ")
-        text = "\n\n".join([_prelude(module.target, ctx), _THREAD_DECLARATION, kernel]) + "\n"
-        link = KERNEL_UNIT_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-        flags = FAST_FLOAT_UNIT_FLAGS if uses_fast_float(ctx.helpers) else ()
-        units.setdefault(link, KernelUnit(link, text.replace(_UNIT_PLACEHOLDER, link), flags))
-        links[name] = link
-        prototypes.append(f'EMBER_INTERNAL void {name}({emitter.param_decls}) '
-                          f'__asm__("{link}");')
+        pair = known.get(id(func))
+        of = pair[1] if pair is not None and pair[0] is func else \
+            kernel_unit(func, module.target, module.max_stack_bytes)
+        units.setdefault(of.unit.symbol, of.unit)
+        for shared in of.shared:
+            units.setdefault(shared.symbol, shared)
+        links[name] = of.unit.symbol
+        prototypes.append(of.prototype)
     declarations = ("/* ---- kernels, each compiled in a unit of its own ---- */\n" +
                     "\n".join(prototypes)) if prototypes else ""
     parts = [_prelude(module.target, ModuleContext(module.target)), _THREADS, declarations]

@@ -58,6 +58,10 @@ class ModuleContext:
     helpers: H.HelperSet = field(default_factory=H.HelperSet)
     typedefs: dict[str, str] = field(default_factory=dict)
     headers: set[str] = field(default_factory=set)
+    # A module of separate units: GEMMs over packed A call the micro-kernels of a shared
+    # unit (codegen/c_gemm.py), whose tile shapes (vectors, lanes, mr) are collected here.
+    shared_gemm: bool = False
+    shared_gemm_tiles: set[tuple[int, int, int]] = field(default_factory=set)
 
     def vtype(self, lane: str, lanes: int) -> str:
         name = vector_name(lane, lanes)

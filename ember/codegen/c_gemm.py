@@ -56,57 +56,102 @@ def vector_type(helpers: HelperSet, lanes: int) -> str:
 def micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int) -> str:
     """The ``rows x (vectors * lanes)`` micro-kernel: ``c (+)= a[rows x kc] * b[kc x nr]``
     with ``b`` a panel of ``nr`` contiguous floats per reduction step, ``b_rs`` apart (``nr``
-    when packed), and ``a`` read through its strides.  ``accumulate`` adds to the tile in ``c`` (a later reduction block) instead of
-    starting from zero; only the first ``cols`` columns of ``c`` are read and written."""
+    when packed), and ``a`` read through its strides.  ``accumulate`` adds to the tile in
+    ``c`` (a later reduction block) instead of starting from zero; only the first ``cols``
+    columns of ``c`` are read and written.  Inlined into its caller."""
     vec = vector_type(helpers, lanes)
+    name = f"ember_gemm_f32_{rows}x{vectors * lanes}_v{lanes}"
+    return helpers.need(name, lambda: _micro_kernel_source(
+        f"static inline __attribute__((always_inline)) void {name}", rows, vectors, lanes, vec,
+        packed_rows=None))
+
+
+def packed_micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int,
+                        mr: int) -> str:
+    """The micro-kernel over an A packed in strips of ``mr`` rows (``a[k * mr + r]``),
+    defined in the shared unit of :func:`shared_gemm_unit` and declared here: kernels
+    call it rather than each compiling its own copy, which made a GEMM unit half again as
+    slow to compile.  A call per ``rows x nr x kc`` tile costs nothing beside it."""
+    vector_type(helpers, lanes)
+    name = _packed_name(rows, vectors, lanes, mr)
+    helpers.need(name, lambda: f"EMBER_INTERNAL void {name}{_PACKED_PARAMS};")
+    return name
+
+
+def shared_gemm_unit(prelude: str, vectors: int, lanes: int, mr: int) -> str:
+    """The unit defining every packed-A micro-kernel of this tile shape (all heights up to
+    ``mr``), the same text in every model: one object, compiled once per machine."""
+    helpers = HelperSet()
+    vec = vector_type(helpers, lanes)
+    parts = [prelude, helpers.source()]
+    for rows in range(1, mr + 1):
+        name = _packed_name(rows, vectors, lanes, mr)
+        parts.append(_micro_kernel_source(f"EMBER_INTERNAL void {name}", rows, vectors, lanes,
+                                          vec, packed_rows=mr))
+    return "\n\n".join(parts) + "\n"
+
+
+_PACKED_PARAMS = ("(long kc, const float *restrict a, const float *restrict b, long b_rs, "
+                  "float *restrict c, long c_rs, int accumulate, long cols)")
+
+
+def _packed_name(rows: int, vectors: int, lanes: int, mr: int) -> str:
+    return f"ember_gemm_packed_f32_{rows}x{vectors * lanes}_s{mr}_v{lanes}"
+
+
+def _micro_kernel_source(head: str, rows: int, vectors: int, lanes: int, vec: str,
+                         packed_rows: int | None) -> str:
+    """The C of a micro-kernel: ``a`` through its strides, or packed in strips of
+    ``packed_rows`` rows."""
     nr = vectors * lanes
-    name = f"ember_gemm_f32_{rows}x{nr}_v{lanes}"
-
-    def build() -> str:
-        acc = [[f"c{r}_{v}" for v in range(vectors)] for r in range(rows)]
-        every = [(r, v) for r in range(rows) for v in range(vectors)]
-        lines = [
-            f"static inline __attribute__((always_inline)) void {name}(",
-            "    long kc, const float *restrict a, long a_rs, long a_cs,",
-            "    const float *restrict b, long b_rs, float *restrict c, long c_rs, int accumulate,",
-            "    long cols) {",
-            f"  {vec} " + ", ".join(acc[r][v] + " = {0}" for r, v in every) + ";",
-            "  if (accumulate) {",
-            f"    if (cols == {nr}) {{",
-            *[f"      __builtin_memcpy(&{acc[r][v]}, c + {r} * c_rs + {v * lanes}, "
-              f"sizeof({vec}));" for r, v in every],
-            "    } else {",
-            f"      float edge[{nr}] = {{0}};",
-            *[line for r in range(rows) for line in (
-                f"      for (long q = 0; q < cols; ++q) edge[q] = c[{r} * c_rs + q];",
-                *[f"      __builtin_memcpy(&{acc[r][v]}, edge + {v * lanes}, sizeof({vec}));"
-                  for v in range(vectors)])],
-            "    }",
-            "  }",
-            # unrolled by 4: measured 2-9 % faster on the zoo's GEMM shapes (AVX2, Zen)
-            "  _Pragma(\"GCC unroll 4\")",
-            "  for (long k = 0; k < kc; ++k) {",
-            *[f"    {vec} b{v}; __builtin_memcpy(&b{v}, b + k * b_rs + {v * lanes}, "
-              f"sizeof({vec}));" for v in range(vectors)],
-            *[line for r in range(rows) for line in (
-                f"    const float a{r} = a[{r} * a_rs + k * a_cs];",
-                *[f"    {acc[r][v]} += a{r} * b{v};" for v in range(vectors)])],
-            "  }",
-            f"  if (cols == {nr}) {{",
-            *[f"    __builtin_memcpy(c + {r} * c_rs + {v * lanes}, &{acc[r][v]}, "
-              f"sizeof({vec}));" for r, v in every],
-            "  } else {",
-            f"    float edge[{nr}];",
-            *[line for r in range(rows) for line in (
-                *[f"    __builtin_memcpy(edge + {v * lanes}, &{acc[r][v]}, sizeof({vec}));"
-                  for v in range(vectors)],
-                f"    for (long q = 0; q < cols; ++q) c[{r} * c_rs + q] = edge[q];")],
-            "  }",
-            "}",
-        ]
-        return "\n".join(lines)
-
-    return helpers.need(name, build)
+    acc = [[f"c{r}_{v}" for v in range(vectors)] for r in range(rows)]
+    every = [(r, v) for r in range(rows) for v in range(vectors)]
+    if packed_rows is None:
+        params = ["    long kc, const float *restrict a, long a_rs, long a_cs,",
+                  "    const float *restrict b, long b_rs, float *restrict c, long c_rs, "
+                  "int accumulate,", "    long cols) {"]
+        a_element = "a[{r} * a_rs + k * a_cs]"
+    else:
+        params = [_PACKED_PARAMS.strip("()").join(("    ", ") {"))]
+        a_element = f"a[k * {packed_rows} + {{r}}]"
+    lines = [
+        f"{head}(",
+        *params,
+        f"  {vec} " + ", ".join(acc[r][v] + " = {0}" for r, v in every) + ";",
+        "  if (accumulate) {",
+        f"    if (cols == {nr}) {{",
+        *[f"      __builtin_memcpy(&{acc[r][v]}, c + {r} * c_rs + {v * lanes}, "
+          f"sizeof({vec}));" for r, v in every],
+        "    } else {",
+        f"      float edge[{nr}] = {{0}};",
+        *[line for r in range(rows) for line in (
+            f"      for (long q = 0; q < cols; ++q) edge[q] = c[{r} * c_rs + q];",
+            *[f"      __builtin_memcpy(&{acc[r][v]}, edge + {v * lanes}, sizeof({vec}));"
+              for v in range(vectors)])],
+        "    }",
+        "  }",
+        # unrolled by 4: measured 2-9 % faster on the zoo's GEMM shapes (AVX2, Zen)
+        "  _Pragma(\"GCC unroll 4\")",
+        "  for (long k = 0; k < kc; ++k) {",
+        *[f"    {vec} b{v}; __builtin_memcpy(&b{v}, b + k * b_rs + {v * lanes}, "
+          f"sizeof({vec}));" for v in range(vectors)],
+        *[line for r in range(rows) for line in (
+            f"    const float a{r} = {a_element.format(r=r)};",
+            *[f"    {acc[r][v]} += a{r} * b{v};" for v in range(vectors)])],
+        "  }",
+        f"  if (cols == {nr}) {{",
+        *[f"    __builtin_memcpy(c + {r} * c_rs + {v * lanes}, &{acc[r][v]}, "
+          f"sizeof({vec}));" for r, v in every],
+        "  } else {",
+        f"    float edge[{nr}];",
+        *[line for r in range(rows) for line in (
+            *[f"    __builtin_memcpy(edge + {v * lanes}, &{acc[r][v]}, sizeof({vec}));"
+              for v in range(vectors)],
+            f"    for (long q = 0; q < cols; ++q) c[{r} * c_rs + q] = edge[q];")],
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines)
 
 
 def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
@@ -153,8 +198,17 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     ``blocks_per_element`` is given: then the batch variables are decoded per task)."""
     knobs = s.knobs
     mr, nr, lanes = knobs.mr, knobs.nr, knobs.lanes
-    kernels = {rows: micro_kernel(em.ctx.helpers, rows, nr // lanes, lanes)
-               for rows in range(1, min(mr, s.m) + 1)}
+    pack_a = knobs.pack_a and not s.a_packed
+    # With A packed in strips, a module of units calls the shared micro-kernels (see
+    # packed_micro_kernel); one translation unit inlines its own.
+    shared = em.ctx.shared_gemm and (s.a_packed or pack_a)
+    if shared:
+        em.ctx.shared_gemm_tiles.add((nr // lanes, lanes, mr))
+        kernels = {rows: packed_micro_kernel(em.ctx.helpers, rows, nr // lanes, lanes, mr)
+                   for rows in range(1, min(mr, s.m) + 1)}
+    else:
+        kernels = {rows: micro_kernel(em.ctx.helpers, rows, nr // lanes, lanes)
+                   for rows in range(1, min(mr, s.m) + 1)}
     panels = _panels(s)
     blocks_m, blocks_n, panels_per_task = _task_grid(s)
     fresh, line = em.names.fresh, em.line
@@ -181,7 +235,6 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
         pc, kc, p, i0, j0 = fresh("pc"), fresh("kc"), fresh("p"), fresh("i0"), fresh("j0")
         rows, cols, panel, tile = fresh("rows"), fresh("cols"), fresh("panel"), fresh("tile")
         apack = fresh("apack")
-        pack_a = knobs.pack_a and not s.a_packed
         if pack_a:
             line(inner, f"float {apack}[{knobs.mc * knobs.kc}] __attribute__((aligned(64)));")
         line(inner, f"for (long {pc} = 0; {pc} < {s.k}; {pc} += {knobs.kc}) {{")
@@ -229,7 +282,8 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
             a_rs, a_cs = s.a_rs, s.a_cs
         # (``accumulate`` stays a run-time flag: one inlined copy per flag value doubled the
         # code of every GEMM and made ResNet-18's convolutions slower, 34 -> 44 ms)
-        call = (f"({kc}, {a_tile}, {a_rs}, {a_cs}, {panel}, {b_row}, {tile}, {s.out_rs}, "
+        strides = "" if shared else f"{a_rs}, {a_cs}, "
+        call = (f"({kc}, {a_tile}, {strides}{panel}, {b_row}, {tile}, {s.out_rs}, "
                 f"{pc} != 0, {cols});")
         if len(kernels) == 1:
             line(body, f"{kernels[1]}{call}")

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
@@ -41,6 +41,7 @@ from ember.passes.specialize import specialize
 
 if TYPE_CHECKING:
     from ember.codegen.c import CUnits
+    from ember.toolchain.units import UnitBuild
 
 # Element types that may live in the arena at all (fixed-size, no Python objects).
 STORABLE_DTYPES = frozenset(d for d in DType if d not in (DType.STRING,))
@@ -126,12 +127,11 @@ def _count(n: int, noun: str) -> str:
 def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None = None,
                 options: BuildOptions | None = None) -> Build:
     """Compile ``graph`` for the given input shapes (required for dynamic dims)."""
-    from ember.codegen.c import CModule, generate_c, generate_units, kernel_symbol
-    from ember.schedule.default import default_schedule
+    from ember.codegen.c import kernel_unit
     from ember.ir.loop.index_simplify import simplify_indices
+    from ember.schedule.default import default_schedule
     from ember.schedule.hoist import hoist_invariant_divisions
-    from ember.toolchain.compiler import build_library
-    from ember.toolchain.units import UnitSource, build_library_from_units
+    from ember.toolchain.units import UnitBuild, UnitSource
 
     options = options or BuildOptions()
     started = time.perf_counter()
@@ -155,13 +155,37 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     if g.groups is None:  # a pipeline without fusion: one kernel per node
         g.groups = singleton_groups(g)
     impls = implement_groups(g, g.groups, {id(node): kernel_support(node) for node in g.nodes})
-    for impl in impls:
-        if impl.func is not None:
+    with ExitStack() as scope:
+        # Kernel units start compiling as soon as each kernel is scheduled, while the next
+        # ones are (a WebAssembly module is one unit, compiled at the end).
+        unit_build = scope.enter_context(UnitBuild(options.target, sanitize=options.sanitize)) \
+            if options.target.arch != "wasm32" else None
+        made = []
+        for impl in impls:
+            if impl.func is None:
+                continue
             with _internal_errors(f"scheduling kernel {impl.index} ({_members(impl)})"):
                 if options.opt_level >= 1:
                     _use_gemm_template(g, impl, options.target)
                 scheduled = simplify_indices(default_schedule(impl.func, options.target))
                 impl.func = hoist_invariant_divisions(scheduled)
+            if unit_build is not None:
+                with _internal_errors(f"generating C for kernel {impl.index}"):
+                    of = kernel_unit(impl.func, options.target)
+                made.append((impl.func, of))
+                for unit in (of.unit, *of.shared):
+                    unit_build.submit(UnitSource(unit.source, unit.flags))
+        return _finish_build(g, impls, options, context, limit, pass_log, started, unit_build,
+                             made)
+
+
+def _finish_build(g: Graph, impls: list[KernelImpl], options: BuildOptions,
+                  context: PassContext, limit: int, pass_log: list[str], started: float,
+                  unit_build: "UnitBuild | None", made: list) -> Build:
+    """Plan memory, generate the entry point and link the library of a scheduled graph."""
+    from ember.codegen.c import CModule, generate_c, generate_units, kernel_symbol
+    from ember.toolchain.compiler import build_library
+    from ember.toolchain.units import UnitSource
 
     with _internal_errors("planning memory and generating the entry point"):
         used_constants = _used_constants(g, impls)
@@ -178,12 +202,11 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
                          target=options.target)
         # Kernels compile as units of their own, in parallel and cached one by one; a
         # WebAssembly module is linked from one unit.
-        units = generate_units(module) if options.target.arch != "wasm32" else None
+        units = generate_units(module, made) if unit_build is not None else None
         source = units.listing() if units is not None else generate_c(module)
     if units is not None:
-        library = build_library_from_units(
-            [UnitSource(text, flags) for text, flags in units.flagged_sources()],
-            options.target, sanitize=options.sanitize)
+        library = unit_build.link(
+            [UnitSource(text, flags) for text, flags in units.flagged_sources()])
     else:
         library = build_library(source, options.target, sanitize=options.sanitize)
     return Build(g, options.target, source, library.path, impls, used_constants, weight_offsets,
