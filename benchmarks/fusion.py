@@ -97,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="where exported ONNX files are cached (default: ember's zoo cache)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as ember bench (see its README)
 
     peak = None
     if args.peak:

@@ -78,9 +78,10 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--cold-compile", action="store_true",
                         help="compile ember and torch.compile without their caches, so the "
                              "compile times are first compiles even on a rerun")
-    parser.add_argument("--omp-spin", action="store_true",
-                        help="keep OpenMP's default active waiting for torch and ember "
-                             "(default: OMP_WAIT_POLICY=PASSIVE, see benchmarks/README.md)")
+    parser.add_argument("--omp-passive", action="store_true",
+                        help="make the OpenMP workers of torch and ember sleep as soon as they "
+                             "are idle (OMP_WAIT_POLICY=PASSIVE; default: OpenMP's own waiting, "
+                             "as deployed; see benchmarks/README.md)")
     parser.add_argument("--ort-spin", action="store_true",
                         help="let ONNX Runtime's idle workers spin after each run, its default "
                              "(default: they stop when a run returns, so that they do not take "
@@ -131,7 +132,7 @@ def _integer(text: str) -> int:
 def run_bench_command(args: argparse.Namespace, console: Console) -> int:
     """The handler ember/cli.py dispatches ``ember bench`` to."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # zoo weights are local: never ask the hub
-    if not args.omp_spin:
+    if args.omp_passive:
         _passive_openmp()
     log_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
@@ -184,14 +185,17 @@ def _wide(console: Console) -> Console:
 
 
 def _passive_openmp() -> None:
-    """Make the OpenMP workers of torch and ember sleep instead of spinning when idle.
+    """Make the OpenMP workers of torch and ember sleep instead of spinning when idle
+    (``--omp-passive``).
 
-    libgomp's default active waiting falls apart when another process takes one of the two
-    cores: a barrier then waits a whole scheduler time slice, and measured torch eager on a
-    tiny ResNet went from 6 ms (1 thread) to 950 ms (2 threads) on this shared machine, while
-    ONNX Runtime and OpenVINO (own thread pools) barely moved.  libgomp reads the variable
-    when it loads, i.e. when torch is imported or ember's first library is loaded, which
-    happens after this (an explicit OMP_WAIT_POLICY in the environment wins).
+    Not the default: every parallel region then starts by waking the workers, which made
+    ember's MobileNetV2 (72 kernels) take 20-23 ms instead of 11-12 ms.  It helps when another
+    process keeps one of the two cores busy: libgomp's brief spinning at a barrier then waits
+    out a scheduler time slice (torch eager on a tiny ResNet once took 950 ms instead of 6 ms
+    that way, when ONNX Runtime's workers kept spinning between runs; they no longer do, see
+    ``peers.OnnxRuntimePeer``).  libgomp reads the variable when it loads, i.e. when torch is
+    imported or ember's first library is loaded, which happens after this (an explicit
+    OMP_WAIT_POLICY in the environment wins).
     """
     if "torch" in sys.modules:
         return  # too late for torch's libgomp; leave the environment as the user set it

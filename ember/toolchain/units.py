@@ -114,8 +114,9 @@ class UnitBuild:
         self._start(self._unit(item))
 
     def link(self, sources: Sequence[str | UnitSource]) -> CachedFile:
-        """The verified library of exactly these units."""
-        units = [self._unit(item) for item in sources]
+        """The verified library of exactly these units (a unit given twice is linked once:
+        its symbols would collide)."""
+        units = list({unit.key: unit for unit in map(self._unit, sources)}.values())
         library_key = cache_key("\0".join(unit.key for unit in units),
                                 [*self.flags, *self.identity], self.compiler.identity)
         hit = self.cache.lookup(library_key, ".so")

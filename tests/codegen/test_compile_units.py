@@ -94,6 +94,25 @@ def test_a_broken_cached_object_is_rebuilt_not_linked(tmp_path):
     assert ctypes.CDLL(str(again.path)).ember_answer() == 42
 
 
+def test_a_unit_submitted_early_and_listed_twice_is_compiled_and_linked_once(tmp_path):
+    """UnitBuild compiles a unit as soon as it is submitted; link() takes the final list,
+    where the shared GEMM unit of several kernels (or any unit) may appear more than once."""
+    from ember.toolchain.units import UnitBuild, UnitSource
+
+    cache = CompileCache(tmp_path / "cache")
+    entry = ('#include <stdint.h>\n__attribute__((visibility("default"))) int32_t '
+             'ember_answer(void);\nint32_t ember_part(void);\n'
+             'int32_t ember_answer(void) { return ember_part() + 1; }\n')
+    part = UnitSource("#include <stdint.h>\nint32_t ember_part(void) { return 41; }\n")
+    compiled = stats.objects_compiled
+    with UnitBuild(Target.native(), cache=cache) as build:
+        build.submit(part)
+        build.submit(part)
+        library = build.link([entry, part, part])
+    assert stats.objects_compiled - compiled == 2
+    assert ctypes.CDLL(str(library.path)).ember_answer() == 42
+
+
 def test_a_unit_that_does_not_compile_names_its_source(tmp_path):
     cache = CompileCache(tmp_path / "cache")
     good = "int ember_fine(void) { return 1; }\n"
