@@ -136,14 +136,7 @@ def uses_fast_float(helpers: HelperSet) -> bool:
 
 
 def _need(helpers: HelperSet, name: str) -> str:
-    deps, code = _DEFINITIONS[name]
-
-    def build() -> str:
-        for dep in deps:
-            _need(helpers, dep)
-        return code
-
-    return helpers.need(name, build)
+    return helpers.need_with_deps(name, lambda n: (_DEFINITIONS[n][1], _DEFINITIONS[n][0]))
 
 
 def source() -> str:

@@ -22,7 +22,7 @@ dependency order.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from ember.core.dtypes import DType
 from ember.codegen.c_types import (CodegenError, compute_ctype, lane_ctype, tag, wide_unsigned)
@@ -42,6 +42,19 @@ class HelperSet:
             del self._code[name]
             self._code[name] = code
         return name
+
+    def need_with_deps(self, name: str,
+                       definition: Callable[[str], tuple[str, Sequence[str]]]) -> str:
+        """Ensure helper ``name`` and, before it, the helpers it uses: ``definition(name)``
+        gives its code and their names (looked up the same way)."""
+        code, deps = definition(name)
+
+        def build() -> str:
+            for dep in deps:
+                self.need_with_deps(dep, definition)
+            return code
+
+        return self.need(name, build)
 
     def __contains__(self, name: str) -> bool:
         return name in self._code

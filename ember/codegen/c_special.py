@@ -927,14 +927,7 @@ if set(SPECIALS) != SPECIAL_INTRINSICS:  # pragma: no cover - a table out of ste
 
 
 def _need_double(hs: HelperSet, name: str) -> str:
-    source, deps = _DOUBLE[name]
-
-    def build() -> str:
-        for dep in deps:
-            _need_double(hs, dep)
-        return source
-
-    return hs.need(name, build)
+    return hs.need_with_deps(name, _DOUBLE.__getitem__)
 
 
 def _need_typed(hs: HelperSet, stem: str, ctype: str) -> str:
