@@ -121,6 +121,43 @@ def test_random_reshape_chains_keep_their_value(seed):
         assert _divisions(simplified) == 0, simplified
 
 
+def test_rows_read_through_a_batched_view_index_without_divisions():
+    """A (batch*seq, hidden) loop reading a (batch, seq, hidden) view of the same elements (a
+    Reshape fused between a GEMM and GELU): the batch index (i*H + j) // (S*H) is i // S,
+    and with the sequence index (i*H + j) // H % S it recombines to the flat i*H + j."""
+    i, j = Var("i"), Var("j")
+    batch, seq, hidden = 3, 4, 5
+    ranges = {i: (0, batch * seq - 1), j: (0, hidden - 1)}
+    flat = _flat([i, j], [batch * seq, hidden])
+    index = _flat(_unflat(flat, [batch, seq, hidden]), [batch, seq, hidden])
+    simplified = simplify_index(index, ranges)
+    assert _divisions(simplified) == 0, simplified
+    _check_equal_everywhere(index, simplified, ranges)
+    quotient = simplify_index(Binary("floordiv", flat, _c(seq * hidden)), ranges)
+    assert quotient == Binary("div", i, _c(seq)), quotient
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_divisions_by_a_multiple_of_a_common_factor_keep_their_value(seed):
+    """(g*a + b) // (g*d) and its remainder, with random coefficients, offsets and ranges
+    (some b leave [0, g): those must keep a division)."""
+    rng = random.Random(seed)
+    g, d = rng.choice([2, 3, 4, 6]), rng.choice([2, 3, 5])
+    i, j, k = Var("i"), Var("j"), Var("k")
+    ranges = {i: (rng.randint(-4, 0), rng.randint(0, 6)), j: (0, rng.randint(0, g)),
+              k: (0, rng.randint(0, 3))}
+    dividend = i * _c(g * rng.choice([1, 2, -1])) + j + k * _c(g * rng.choice([1, 3])) + \
+        _c(rng.choice([0, g, 1, -g]))
+    for op in ("floordiv", "floormod"):
+        expr = Binary(op, dividend, _c(g * d))
+        _check_equal_everywhere(expr, simplify_index(expr, ranges), ranges)
+    non_negative = {i: (0, ranges[i][1]), j: ranges[j], k: ranges[k]}
+    positive = i * _c(g) + j + k * _c(g * 2)
+    for op in ("div", "mod"):
+        expr = Binary(op, positive, _c(g * d))
+        _check_equal_everywhere(expr, simplify_index(expr, non_negative), non_negative)
+
+
 def test_divisions_the_ranges_do_not_make_exact_stay():
     i, j = Var("i"), Var("j")
     ranges = {i: (0, 4), j: (0, 2)}

@@ -27,6 +27,7 @@ nothing simplifies is returned as the very same object.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Mapping
 
@@ -257,6 +258,14 @@ def _exact_division(node: Binary, ranges: Ranges) -> Expr | None:
     split = bool(quotient_terms) or quotient_constant != 0
     within = rest is not None and 0 <= rest[0] and rest[1] < divisor
     non_negative = rest is not None and rest[0] >= 0
+    if not within and rest is not None:
+        factored = _factor_division(node, rest_terms, rest_constant, ranges)
+        if factored is not None:
+            if node.op in ("floormod", "mod"):
+                return factored
+            terms = dict(quotient_terms)
+            terms[factored] = terms.get(factored, 0) + 1
+            return _build(terms, quotient_constant)
     if not (split or within or (non_negative and node.op in ("floordiv", "floormod"))):
         return None
     remainder = _build(rest_terms, rest_constant)
@@ -271,6 +280,34 @@ def _exact_division(node: Binary, ranges: Ranges) -> Expr | None:
     if within:
         return remainder
     return Binary("mod" if non_negative else "floormod", remainder, node.b)
+
+
+def _factor_division(node: Binary, terms: dict[Expr, int], constant: int,
+                     ranges: Ranges) -> Expr | None:
+    """``(g * a + b) // (g * d)`` as ``a // d`` and ``(g * a + b) % (g * d)`` as
+    ``(a % d) * g + b``, when ``b`` lies in ``[0, g)``: exact for floor division (and for C's
+    truncating one on a non-negative dividend), since ``a`` is an integer and ``b / g < 1``.
+
+    This is the division a Reshape that splits a fused axis writes: ``(i * 1536 + j) //
+    196608`` with ``j`` in ``[0, 1536)`` is ``i // 128``.  ``g`` is tried among the common
+    divisors of the divisor and each coefficient, largest first."""
+    divisor = _positive_constant(node.b)
+    candidates = sorted({math.gcd(divisor, c) for c in terms.values()}, reverse=True)
+    for g in candidates:
+        if g <= 1 or g >= divisor:
+            continue
+        big = {t: c // g for t, c in terms.items() if c % g == 0}
+        small = {t: c for t, c in terms.items() if c % g != 0}
+        big_constant, small_constant = divmod(constant, g)
+        bounds = _range_of(small, small_constant, ranges)
+        if not big or bounds is None or bounds[0] < 0 or bounds[1] >= g:
+            continue
+        reduced = Binary(node.op, _build(big, big_constant), _int(divisor // g))
+        reduced = _exact_division(reduced, ranges) or reduced
+        if node.op in ("floordiv", "div"):
+            return reduced
+        return _build({reduced: g, **small}, small_constant)
+    return None
 
 
 # remainder op -> its quotient op: (x // c) * c + x % c == x for floor division, and for C's
