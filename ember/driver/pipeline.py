@@ -131,6 +131,7 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     from ember.ir.loop.index_simplify import simplify_indices
     from ember.schedule.default import default_schedule
     from ember.schedule.hoist import hoist_invariant_divisions
+    from ember.schedule.reductions import vectorize_reductions
     from ember.toolchain.units import UnitBuild, UnitSource
 
     options = options or BuildOptions()
@@ -167,7 +168,8 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
             with _internal_errors(f"scheduling kernel {impl.index} ({_members(impl)})"):
                 if options.opt_level >= 1:
                     _use_gemm_template(g, impl, options.target)
-                scheduled = simplify_indices(default_schedule(impl.func, options.target))
+                scheduled = default_schedule(impl.func, options.target)
+                scheduled = simplify_indices(vectorize_reductions(scheduled, options.target))
                 impl.func = hoist_invariant_divisions(scheduled)
             if unit_build is not None:
                 with _internal_errors(f"generating C for kernel {impl.index}"):

@@ -75,3 +75,50 @@ def test_conformance_cases_are_clean_under_asan_and_ubsan():
     assert "runtime error" not in result.stderr, report  # UBSan reports
     ran = int(result.stdout.split("ran")[-1].strip())
     assert ran >= 30, report
+
+
+# Rows long enough for the lane-parallel reductions (ember.schedule.reductions), with a tail:
+# the suite's cases reduce rows of a few elements, which stay scalar.
+LONG_ROWS_CHILD = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import numpy as np
+    from onnx import TensorProto, helper
+    import ember
+
+    def model(op, length):
+        axes = [helper.make_tensor("axes", TensorProto.INT64, [1], [1])]
+        node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=0) if op != "Softmax" \\
+            else helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+        out = [3, length] if op == "Softmax" else [3]
+        graph = helper.make_graph(
+            [node], "rows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, length])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
+            axes if op != "Softmax" else [])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+    x = np.random.default_rng(0).standard_normal((3, 45)).astype(np.float32)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    want = {"ReduceSum": x.sum(axis=1), "ReduceMax": x.max(axis=1),
+            "ReduceMin": x.min(axis=1), "Softmax": e / e.sum(axis=1, keepdims=True)}
+    for op, expected in want.items():
+        module = ember.compile(model(op, 45), sanitize=True)
+        assert "_lanes[" in module.build.units.kernels[0].source, op
+        np.testing.assert_allclose(module(x), expected, rtol=1e-5, atol=1e-5, err_msg=op)
+        module.profile({"x": x}, repeat=1, warmup=0)
+    print("ran", len(want))
+""")
+
+
+def test_lane_parallel_reductions_are_clean_under_asan_and_ubsan():
+    from ember.toolchain.compiler import sanitizer_preload
+
+    env = dict(os.environ, LD_PRELOAD=sanitizer_preload(),
+               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    result = subprocess.run([sys.executable, "-c", LONG_ROWS_CHILD, str(ROOT)], env=env,
+                            capture_output=True, text=True, timeout=600)
+    report = result.stdout[-3000:] + result.stderr[-6000:]
+    assert result.returncode == 0, report
+    assert "runtime error" not in result.stderr, report
+    assert "ran 4" in result.stdout, report

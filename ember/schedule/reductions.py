@@ -1,0 +1,149 @@
+"""Lane-parallel reductions: a row's sum, max or min accumulated in a vector of partials.
+
+Lowering reduces a row into a one-element local accumulator (softmax's max and sum, the mean
+and variance of LayerNorm, ReduceMean over the last axis)::
+
+    t[0] = -inf
+    for i in [0, 128):
+      t[0] = max(t[0], x[row + i])
+
+Every iteration depends on the previous one, so the loop stays scalar: the C compiler may not
+reassociate floating-point operations on its own.  :func:`vectorize_reductions` gives such a
+loop ``L`` partial accumulators (two vectors' worth, so that consecutive vector operations do
+not wait on each other) and combines them at the end, which is what a vectorized reduction
+does -- TVM calls the transformation ``rfactor``::
+
+    alloc p: f32[16] local
+    for l in [0, 16): p[l] = -inf                      (the operation's identity)
+    for o in [0, 8):
+      vectorized for l in [0, 16): p[l] = max(p[l], x[row + o*16 + l])
+    for l in [0, 16): t[0] = max(t[0], p[l])           (into the initial value, whatever it is)
+    for i in [128, 128): ...                           (the tail, when 16 does not divide)
+
+Only sums, maxima and minima of floating-point values qualify, whose reassociation changes a
+sum by rounding only (as every vectorized or multithreaded sum does) and a maximum or minimum
+not at all (NaN still propagates: ember's max and min return a NaN operand).  Each load of the
+reduced value must walk memory contiguously (or not move) along the loop, so that the partials
+load one vector at a time; a gather would cost more than the scalar loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ember.core.dtypes import DType
+from ember.core.target import Target
+from ember.ir.loop.affine import affine_coefficients
+from ember.ir.loop.buffer import Buffer
+from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Var
+from ember.ir.loop.functor import rewrite, substitute, walk
+from ember.ir.loop.simplify import simplify
+from ember.ir.loop.stmt import Allocate, For, ForKind, PrimFunc, Seq, Stmt, Store
+
+_IDENTITY = {"add": 0.0, "max": float("-inf"), "min": float("inf")}
+# A row shorter than this many partial vectors is left scalar: the combining loop would cost
+# as much as it saves.
+MIN_VECTORS_PER_ROW = 2
+
+
+def vectorize_reductions(func: PrimFunc, target: Target) -> PrimFunc:
+    """``func`` with every qualifying row reduction accumulated lane-parallel."""
+    names = {b.name for b in func.params if isinstance(b, Buffer)}
+    names |= {n.buffer.name for n in walk(func.body) if isinstance(n, Allocate)}
+
+    def visit(node):
+        if isinstance(node, For):
+            return _lane_parallel(node, target, names)
+        return None
+
+    body = rewrite(func.body, visit)
+    return func if body is func.body else func.with_body(body)
+
+
+def _lane_parallel(loop: For, target: Target, taken: set[str]) -> Stmt | None:
+    reduction = _row_reduction(loop)
+    if reduction is None:
+        return None
+    accumulator, op, term = reduction
+    lanes = 2 * target.lanes_for(accumulator.dtype)
+    start, extent = int(loop.start.value), int(loop.extent.value)
+    if target.lanes_for(accumulator.dtype) < 2 or extent < MIN_VECTORS_PER_ROW * lanes:
+        return None
+    name = _fresh(f"{accumulator.name}_lanes", taken)
+    partials = Buffer(name, accumulator.dtype, (lanes,), scope="local")
+    base = loop.var.name
+    lane, outer = Var(f"{base}_l", INDEX), Var(f"{base}_o", INDEX)
+    combine_lane, tail = Var(f"{base}_c", INDEX), Var(f"{base}_t", INDEX)
+    identity = Const(_IDENTITY[op], accumulator.dtype)
+    at = Binary("add", Binary("mul", outer, Const(lanes, INDEX)), lane)
+    if start:
+        at = Binary("add", at, Const(start, INDEX))
+    update = Store(partials, lane,
+                   Binary(op, Load(partials, lane), simplify(substitute(term, {loop.var: at}))))
+    whole = extent // lanes
+    steps: list[Stmt] = [
+        For(lane, Const(0, INDEX), Const(lanes, INDEX), ForKind.SERIAL,
+            Store(partials, lane, identity)),
+        For(outer, Const(0, INDEX), Const(whole, INDEX), ForKind.SERIAL,
+            For(lane, Const(0, INDEX), Const(lanes, INDEX), ForKind.VECTORIZED, update)),
+        For(combine_lane, Const(0, INDEX), Const(lanes, INDEX), ForKind.SERIAL,
+            Store(accumulator, Const(0, INDEX),
+                  Binary(op, Load(accumulator, Const(0, INDEX)), Load(partials, combine_lane)))),
+    ]
+    if extent % lanes:
+        steps.append(For(tail, Const(start + whole * lanes, INDEX),
+                         Const(extent % lanes, INDEX), ForKind.SERIAL,
+                         replace(loop.body, value=Binary(
+                             op, Load(accumulator, Const(0, INDEX)),
+                             simplify(substitute(term, {loop.var: tail}))))))
+    return Allocate(partials, Seq(tuple(steps)))
+
+
+def _row_reduction(loop: For) -> tuple[Buffer, str, Expr] | None:
+    """(accumulator, op, reduced term) of ``for i: acc[0] = op(acc[0], term(i))`` with a
+    one-element local float accumulator, constant bounds and contiguous loads; else None."""
+    if loop.kind is not ForKind.SERIAL or not isinstance(loop.start, Const) or \
+            not isinstance(loop.extent, Const):
+        return None
+    store = loop.body
+    if not isinstance(store, Store) or store.mask is not None or store.value.lanes != 1:
+        return None
+    accumulator = store.buffer
+    if accumulator.scope != "local" or accumulator.shape != (1,) or \
+            accumulator.dtype not in (DType.FLOAT32, DType.FLOAT64) or \
+            not _is_zero(store.index):
+        return None
+    value = store.value
+    if not isinstance(value, Binary) or value.op not in _IDENTITY:
+        return None
+    if _is_accumulator(value.a, accumulator):
+        term = value.b
+    elif _is_accumulator(value.b, accumulator):
+        term = value.a
+    else:
+        return None
+    for node in walk(term):
+        if isinstance(node, Load):
+            if node.buffer == accumulator or node.index.lanes != 1 or node.mask is not None:
+                return None
+            coefficients = affine_coefficients(node.index)
+            if coefficients is None or coefficients.get(loop.var, 0) not in (0, 1):
+                return None
+    return accumulator, value.op, term
+
+
+def _is_accumulator(expr: Expr, accumulator: Buffer) -> bool:
+    return isinstance(expr, Load) and expr.buffer == accumulator and _is_zero(expr.index)
+
+
+def _is_zero(expr: Expr) -> bool:
+    return isinstance(expr, Const) and expr.lanes == 1 and expr.value == 0
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    candidate, count = name, 1
+    while candidate in taken:
+        count += 1
+        candidate = f"{name}{count}"
+    taken.add(candidate)
+    return candidate
