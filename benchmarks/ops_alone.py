@@ -35,6 +35,15 @@ CASES = {
     "bert_ffn_up": ("MatMul", [128, 768], {}, [(768, 3072)]),
     "bert_ffn_down": ("MatMul", [128, 3072], {}, [(3072, 768)]),
     "gemm_2048x768x3072": ("MatMul", [2048, 768], {}, [(768, 3072)]),
+    # MobileNetV2's three kinds of convolution at its largest sizes
+    "conv1x1_16to96_112": ("Conv", [1, 16, 112, 112], {"kernel_shape": [1, 1]},
+                           [(96, 16, 1, 1), (96,)]),
+    "dwconv3x3_144_56": ("Conv", [1, 144, 56, 56],
+                         {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 144},
+                         [(144, 1, 3, 3), (144,)]),
+    "dwconv3x3_s2_96_112": ("Conv", [1, 96, 112, 112],
+                            {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 96,
+                             "strides": [2, 2]}, [(96, 1, 3, 3), (96,)]),
 }
 
 CHILD = r"""
