@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -34,3 +38,27 @@ def profiled_model() -> Callable[..., onnx.ModelProto]:
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
     return build
+
+
+@pytest.fixture(scope="session")
+def run_sanitized() -> Callable[..., str]:
+    """Run a Python script (given as source) in a child process with the ASan runtime
+    preloaded, as a library built with ``sanitize=True`` needs inside a normal Python; the
+    repository root is its first argument.  Fails on a non-zero exit or any sanitizer report
+    (ASan aborts, UBSan halts); returns the child's standard output."""
+    from ember.toolchain.compiler import sanitizer_preload
+
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, LD_PRELOAD=sanitizer_preload(),
+               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+
+    def run(script: str, *args: str, timeout: float = 600) -> str:
+        result = subprocess.run([sys.executable, "-c", script, root, *args], env=env,
+                                capture_output=True, text=True, timeout=timeout)
+        report = result.stdout[-3000:] + result.stderr[-6000:]
+        assert result.returncode == 0, report
+        assert "runtime error" not in result.stderr, report  # UBSan reports
+        return result.stdout
+
+    return run

@@ -9,14 +9,8 @@ the suite's expected outputs.  Any sanitizer report aborts the child, failing th
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # A spread of kernels: convolution and pooling with padding, matrix products, reductions,
 # indexing with negative indices, integer division, casts, normalizations, broadcasting.
@@ -61,20 +55,10 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_conformance_cases_are_clean_under_asan_and_ubsan():
-    from ember.toolchain.compiler import sanitizer_preload
-
-    preload = sanitizer_preload()
-    env = dict(os.environ, LD_PRELOAD=preload,
-               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    result = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), CASES], env=env,
-                            capture_output=True, text=True, timeout=900)
-    report = result.stdout[-3000:] + result.stderr[-6000:]
-    assert result.returncode == 0, report
-    assert "runtime error" not in result.stderr, report  # UBSan reports
-    ran = int(result.stdout.split("ran")[-1].strip())
-    assert ran >= 30, report
+def test_conformance_cases_are_clean_under_asan_and_ubsan(run_sanitized):
+    output = run_sanitized(CHILD, CASES, timeout=900)
+    ran = int(output.split("ran")[-1].strip())
+    assert ran >= 30, output
 
 
 # Rows long enough for the lane-parallel reductions (ember.schedule.reductions), with a tail:
@@ -110,15 +94,5 @@ LONG_ROWS_CHILD = textwrap.dedent("""
 """)
 
 
-def test_lane_parallel_reductions_are_clean_under_asan_and_ubsan():
-    from ember.toolchain.compiler import sanitizer_preload
-
-    env = dict(os.environ, LD_PRELOAD=sanitizer_preload(),
-               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    result = subprocess.run([sys.executable, "-c", LONG_ROWS_CHILD, str(ROOT)], env=env,
-                            capture_output=True, text=True, timeout=600)
-    report = result.stdout[-3000:] + result.stderr[-6000:]
-    assert result.returncode == 0, report
-    assert "runtime error" not in result.stderr, report
-    assert "ran 4" in result.stdout, report
+def test_lane_parallel_reductions_are_clean_under_asan_and_ubsan(run_sanitized):
+    assert "ran 4" in run_sanitized(LONG_ROWS_CHILD)
