@@ -167,19 +167,36 @@ def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
     em.line(depth, f"{{ /* gemm {s.m}x{s.n}x{s.k}" + (f" x {batch}" if batch > 1 else "") +
             f": tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks of "
             f"{knobs.mc}x{knobs.nc} */")
+    pack_in_task = _packs_in_task(s, blocks_m, batch, per_element)
     if per_element:
         # B differs per batch element: pack and multiply one element at a time
         bt = em.names.fresh("bt")
         em.line(depth + 1, f"for (long {bt} = 0; {bt} < {batch}; ++{bt}) {{")
         with _batch_bindings(em, s, bt, depth + 2):
-            _emit_pack(em, s, depth + 2)
-            _emit_tasks(em, s, depth + 2, blocks, None)
+            if not pack_in_task:
+                _emit_pack(em, s, depth + 2)
+            _emit_tasks(em, s, depth + 2, blocks, None, pack_in_task)
         em.line(depth + 1, "}")
     else:
-        if s.pack is not None:
+        if s.pack is not None and not pack_in_task:
             _emit_pack(em, s, depth + 1, copies=s.pack.shape[0])
-        _emit_tasks(em, s, depth + 1, blocks * batch, blocks if s.batch else None)
+        _emit_tasks(em, s, depth + 1, blocks * batch, blocks if s.batch else None,
+                    pack_in_task)
     em.line(depth, "}")
+
+
+def _packs_in_task(s: Gemm, blocks_m: int, batch: int, per_element: bool) -> bool:
+    """Whether each task packs its own panels of B right before multiplying them, instead of
+    one loop packing all of B first.
+
+    Packing in the task keeps the panels in the core's L2 between their packing and their use
+    (a convolution's im2col B is megabytes: packed all at once, it went to memory and came
+    back).  It needs every panel to belong to exactly one task: one block of rows (else each
+    row block would pack the same panels again), and per batch element either its own copy of
+    the panels or one element at a time."""
+    if s.pack is None or s.b_direct or blocks_m != 1:
+        return False
+    return per_element or batch == 1 or s.pack.shape[0] == batch
 
 
 def _panels(s: Gemm) -> int:
@@ -193,9 +210,10 @@ def _task_grid(s: Gemm) -> tuple[int, int, int]:
 
 
 def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
-                blocks_per_element: int | None) -> None:
+                blocks_per_element: int | None, pack_in_task: bool = False) -> None:
     """The parallel loop over tasks (blocks of rows x panels, and batch elements when
-    ``blocks_per_element`` is given: then the batch variables are decoded per task)."""
+    ``blocks_per_element`` is given: then the batch variables are decoded per task); with
+    ``pack_in_task``, each task first packs its own panels of B (see _packs_in_task)."""
     knobs = s.knobs
     mr, nr, lanes = knobs.mr, knobs.nr, knobs.lanes
     pack_a = knobs.pack_a and not s.a_packed
@@ -232,6 +250,13 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
         line(inner, f"const long {p_lo} = {tn} * {panels_per_task}, "
                     f"{p_hi} = {p_lo} + {panels_per_task} < {panels} ? "
                     f"{p_lo} + {panels_per_task} : {panels};")
+        if pack_in_task:  # this task's panels of B, every k, into their place in the pack
+            packing = fresh("pp")
+            line(inner, f"for (long {packing} = {p_lo}; {packing} < {p_hi}; ++{packing}) {{")
+            names = tuple(fresh(n) for n in ("q", "kk", "j", "rest", "joff", "src", "dst"))
+            _emit_pack_panel(em, s, inner + 1, packing, bt if s.pack.shape[0] > 1 else "0", 0,
+                             names)
+            line(inner, "}")
         pc, kc, p, i0, j0 = fresh("pc"), fresh("kc"), fresh("p"), fresh("i0"), fresh("j0")
         rows, cols, panel, tile = fresh("rows"), fresh("cols"), fresh("panel"), fresh("tile")
         apack = fresh("apack")

@@ -163,6 +163,33 @@ def test_convolution_is_an_im2col_gemm_packed_at_run_time(batch, stride, pads, d
     assert gemm.finish is not None
 
 
+@pytest.mark.parametrize("regime", ["copies", "one_element_at_a_time", "row_blocks"])
+def test_im2col_panels_packed_by_their_task_or_up_front(regime, monkeypatch):
+    """Each task packs its own panels of B when every panel belongs to one task (one block of
+    rows; per batch element its own copy, or one element at a time); with several row blocks
+    B is packed once up front.  All three give the convolution."""
+    import ember.codegen.c_gemm as c_gemm
+    import ember.schedule.gemm as gemm_schedule
+
+    out_channels = 150 if regime == "row_blocks" else 20
+    if regime == "one_element_at_a_time":
+        monkeypatch.setattr(gemm_schedule, "ALL_COPIES_BYTES", 0)
+    in_task = []
+    decide = c_gemm._packs_in_task
+    monkeypatch.setattr(c_gemm, "_packs_in_task",
+                        lambda *args: in_task.append(decide(*args)) or in_task[-1])
+    x, w = _randn(3, 8, 9, 40), _randn(out_channels, 8, 3, 3)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    module = _check(_model(nodes, [("x", list(x.shape))], {"w": w}), {"x": x},
+                    _conv_reference(x, w, 1, [1, 1, 1, 1], 1))
+    gemm, = _gemms(module)
+    copies = gemm.pack.shape[0]
+    assert (copies, gemm.m > gemm.knobs.mc) == {"copies": (3, False),
+                                                 "one_element_at_a_time": (1, False),
+                                                 "row_blocks": (3, True)}[regime]
+    assert in_task == [regime != "row_blocks"]
+
+
 def test_products_that_are_not_gemms_keep_their_loops():
     # a depthwise convolution pairs each output channel with one input channel: no shared
     # reduction, so no matrix product
@@ -224,11 +251,11 @@ SANITIZED = textwrap.dedent("""
         assert np.allclose(out, np.maximum(a @ w.T + b, 0), rtol=1e-4, atol=1e-4)
         ran += 1
     for stride in (1, 2):  # panels packed as evenly spaced runs, and gathered ones
-        x = rng.standard_normal((1, 3, 7, 41)).astype(np.float32)
+        x = rng.standard_normal((stride, 3, 7, 41)).astype(np.float32)  # each task packs
         w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
         conv = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3],
                                  strides=[stride, stride], pads=[1, 1, 1, 1])]
-        module = ember.compile(model(conv, [("x", [1, 3, 7, 41])], {"w": w}), sanitize=True)
+        module = ember.compile(model(conv, [("x", list(x.shape))], {"w": w}), sanitize=True)
         xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
         oh, ow = (7 - 1) // stride + 1, (41 - 1) // stride + 1
         want = sum(np.einsum("nchw,mc->nmhw",
