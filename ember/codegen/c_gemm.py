@@ -53,6 +53,14 @@ def vector_type(helpers: HelperSet, lanes: int) -> str:
         f"typedef float {name} __attribute__((vector_size({4 * lanes})));"))
 
 
+def unaligned_vector_type(helpers: HelperSet, lanes: int) -> str:
+    """``ember_vf32xL_u``: a vector of ``lanes`` floats at any float's alignment (a vector
+    type aliases its element type, so it may load and store float arrays)."""
+    name = f"ember_vf32x{lanes}_u"
+    return helpers.need(name, lambda: (
+        f"typedef float {name} __attribute__((vector_size({4 * lanes}), aligned(4)));"))
+
+
 def micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int) -> str:
     """The ``rows x (vectors * lanes)`` micro-kernel: ``c (+)= a[rows x kc] * b[kc x nr]``
     with ``b`` a panel of ``nr`` contiguous floats per reduction step, ``b_rs`` apart (``nr``
@@ -397,8 +405,12 @@ def _emit_pack_rows(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str,
         line(body + 1, f"{dst}[{kk} * {nr} + {q}] = {offsets}[{q}] >= 0 ? "
                        f"row[{offsets}[{q}]] : 0.0f;")
     elif step == 1:
-        line(body, f"__builtin_memcpy({dst} + {kk} * {nr}, row + {offsets}[0], "
-                   f"{nr} * sizeof(float));")
+        # whole vectors (GCC expanded a memcpy of the 64-byte row into four 16-byte moves)
+        lanes = s.knobs.lanes
+        vector = unaligned_vector_type(em.ctx.helpers, lanes)
+        for q_at in range(0, nr, lanes):
+            line(body, f"*({vector} *)({dst} + {kk} * {nr} + {q_at}) = "
+                       f"*(const {vector} *)(row + {offsets}[0] + {q_at});")
     else:
         line(body, f"for (long {q} = 0; {q} < {nr}; ++{q})")
         line(body + 1, f"{dst}[{kk} * {nr} + {q}] = row[{offsets}[0] + {q} * {step}];")
