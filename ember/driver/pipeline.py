@@ -131,6 +131,7 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     from ember.ir.loop.index_simplify import simplify_indices
     from ember.schedule.default import default_schedule
     from ember.schedule.hoist import hoist_invariant_divisions
+    from ember.schedule.partition import partition_guarded_loops
     from ember.schedule.reductions import vectorize_reductions
     from ember.toolchain.units import UnitBuild, UnitSource
 
@@ -169,7 +170,8 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
                 if options.opt_level >= 1:
                     _use_gemm_template(g, impl, options.target)
                 scheduled = default_schedule(impl.func, options.target)
-                scheduled = simplify_indices(vectorize_reductions(scheduled, options.target))
+                scheduled = vectorize_reductions(scheduled, options.target)
+                scheduled = simplify_indices(partition_guarded_loops(scheduled))
                 impl.func = hoist_invariant_divisions(scheduled)
             if unit_build is not None:
                 with _internal_errors(f"generating C for kernel {impl.index}"):

@@ -1,0 +1,245 @@
+"""Loop partitioning: split a loop where its border guards stop mattering.
+
+A padded convolution or pool tests every tap against the input's borders, and clamps the index
+it loads from, so that it never reads outside the input::
+
+    for oh in [0, 56):
+      for kh in [0, 3):
+        vectorized for ow in [0, 56):
+          out[..] = select(0 <= oh - 1 + kh < 56 && ..., out[..] + x[min(max(oh - 1 + kh, 0), 55)..] * w, out[..])
+
+Only the first and last rows and columns need those tests.  :func:`partition_guarded_loops`
+splits such a loop in three -- before, inside and after the range where every comparison and
+clamp of the body that involves the loop's variable is decided, over the whole range of the
+other variables -- and in the middle copy replaces the decided comparisons by constants and
+the clamps by their operand.  The middle loop is then a plain affine loop nest that vectorizes;
+the two border loops keep the guarded body.  TVM's ``LoopPartition`` does the same.
+
+Only serial and vectorized loops with constant bounds are split (a parallel loop would fork
+three times).  Every rewrite is exact: a comparison is replaced only when interval arithmetic
+proves its value over the whole middle range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ember.core.dtypes import DType
+from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Select, Var
+from ember.ir.loop.functor import rewrite, substitute, walk
+from ember.ir.loop.index_simplify import interval
+from ember.ir.loop.stmt import For, ForKind, PrimFunc, Seq, Stmt
+
+Interval = tuple[int, int]  # inclusive
+
+# A loop is split only when its middle part keeps at least this many iterations.
+MIN_MIDDLE = 4
+
+
+def partition_guarded_loops(func: PrimFunc) -> PrimFunc:
+    """``func`` with each guarded loop split around the range where its guards are decided."""
+    ranges = _loop_ranges(func.body)
+    body = _partition(func.body, ranges, set())
+    return func if body is func.body else func.with_body(body)
+
+
+def _partition(stmt: Stmt, ranges: dict[Var, Interval], taken: set[str]) -> Stmt:
+    def visit(node):
+        if isinstance(node, For):
+            return _split(node, ranges, taken)
+        return None
+
+    return rewrite(stmt, visit)
+
+
+def _split(loop: For, ranges: dict[Var, Interval], taken: set[str]) -> Stmt | None:
+    if loop.kind not in (ForKind.SERIAL, ForKind.VECTORIZED) or \
+            not isinstance(loop.start, Const) or not isinstance(loop.extent, Const):
+        return None
+    start, end = int(loop.start.value), int(loop.start.value) + int(loop.extent.value)
+    guards = [g for g in _guards(loop.body) if _uses(g, loop.var)]
+    if not guards:
+        return None
+    low, high = start, end - 1
+    for guard in guards:
+        decided = _decided_range(guard, loop.var, ranges)
+        if decided is None:
+            return None
+        low, high = max(low, decided[0]), min(high, decided[1])
+    if high - low + 1 < MIN_MIDDLE:
+        return None
+    inner = dict(ranges)
+    inner[loop.var] = (low, high)
+    middle_body = _fold(loop.body, inner)
+    if middle_body is loop.body:
+        return None
+    parts: list[Stmt] = []
+    if low > start:
+        parts.append(_copy(loop, start, low, "lo", taken, ranges))
+    parts.append(replace(loop, start=Const(low, INDEX), extent=Const(high + 1 - low, INDEX),
+                         body=middle_body))
+    if high + 1 < end:
+        parts.append(_copy(loop, high + 1, end, "hi", taken, ranges))
+    return Seq(tuple(parts)) if len(parts) > 1 else parts[0]
+
+
+def _copy(loop: For, start: int, end: int, suffix: str, taken: set[str],
+          ranges: dict[Var, Interval]) -> For:
+    """The loop over ``[start, end)`` with a variable of its own (a border part), whose range
+    joins ``ranges``."""
+    name, count = f"{loop.var.name}_{suffix}", 1
+    while name in taken:
+        count += 1
+        name = f"{loop.var.name}_{suffix}{count}"
+    taken.add(name)
+    var = Var(name, loop.var.dtype)
+    ranges[var] = (start, end - 1)
+    return replace(loop, var=var, start=Const(start, INDEX), extent=Const(end - start, INDEX),
+                   body=substitute(loop.body, {loop.var: var}))
+
+
+# --------------------------------------------------------------------------- guards
+def _guards(stmt: Stmt) -> list[Binary]:
+    """The index comparisons and clamps by a constant in ``stmt``."""
+    found = []
+    for node in walk(stmt):
+        if not isinstance(node, Binary):
+            continue
+        if node.op in ("lt", "le", "gt", "ge") and _is_index(node.a) and _is_index(node.b):
+            found.append(node)
+        elif node.op in ("min", "max") and _is_index(node) and isinstance(node.b, Const):
+            found.append(node)
+    return found
+
+
+def _decided_range(guard: Binary, var: Var, ranges: dict[Var, Interval]) -> Interval | None:
+    """The values of ``var`` for which ``guard`` is decided (a comparison always true, or a
+    clamp that never clamps), whatever the other variables are; None if it cannot be said."""
+    if guard.op in ("min", "max"):
+        # min(e, c) is e where e <= c; max(e, c) is e where e >= c.  A clamp inside (the
+        # max of min(max(e, 0), 55)) is looked through: this only proposes the range, which
+        # _fold then proves rewrite by rewrite.
+        operand = guard.a
+        while isinstance(operand, Binary) and operand.op in ("min", "max") and \
+                isinstance(operand.b, Const):
+            operand = operand.a
+        difference = Binary("sub", operand, guard.b)
+        op = "le" if guard.op == "min" else "ge"
+    else:
+        difference, op = Binary("sub", guard.a, guard.b), guard.op
+    coefficient, rest = _split_affine(difference, var)
+    if coefficient is None or coefficient == 0:
+        return None
+    others = interval(rest, {v: r for v, r in ranges.items() if v != var})
+    if others is None:
+        return None
+    unbounded = (-(1 << 62), 1 << 62)
+    # difference = coefficient * var + rest with rest in [others]; solve per op for "true
+    # for every rest"
+    if op in ("lt", "le"):
+        limit = -1 if op == "lt" else 0   # coefficient*var + others_max <= limit
+        bound = limit - others[1]
+        return (unbounded[0], _floor_div(bound, coefficient)) if coefficient > 0 else \
+            (_ceil_div(bound, coefficient), unbounded[1])
+    limit = 1 if op == "gt" else 0        # coefficient*var + others_min >= limit
+    bound = limit - others[0]
+    return (_ceil_div(bound, coefficient), unbounded[1]) if coefficient > 0 else \
+        (unbounded[0], _floor_div(bound, coefficient))
+
+
+def _floor_div(a: int, b: int) -> int:
+    return a // b
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+def _split_affine(expr: Expr, var: Var) -> tuple[int | None, Expr]:
+    """``(a, rest)`` with ``expr == a * var + rest`` and ``rest`` free of ``var``; ``a`` is
+    None when ``var`` enters otherwise (under a division, a product of variables...)."""
+    if not _uses(expr, var):
+        return 0, expr
+    if expr == var:
+        return 1, Const(0, INDEX)
+    if isinstance(expr, Binary) and expr.op in ("add", "sub"):
+        (ca, ra), (cb, rb) = _split_affine(expr.a, var), _split_affine(expr.b, var)
+        if ca is None or cb is None:
+            return None, expr
+        return (ca + cb if expr.op == "add" else ca - cb), Binary(expr.op, ra, rb)
+    if isinstance(expr, Binary) and expr.op == "mul":
+        for factor, other in ((expr.a, expr.b), (expr.b, expr.a)):
+            if isinstance(factor, Const) and factor.dtype.is_int and factor.lanes == 1:
+                c, r = _split_affine(other, var)
+                if c is None:
+                    return None, expr
+                return c * int(factor.value), Binary("mul", r, factor)
+    return None, expr
+
+
+# --------------------------------------------------------------------------- folding
+def _fold(stmt: Stmt, ranges: dict[Var, Interval]) -> Stmt:
+    """``stmt`` with the comparisons and clamps that ``ranges`` decide folded away."""
+    def visit(node):
+        if isinstance(node, Binary) and node.op in ("lt", "le", "gt", "ge") and \
+                _is_index(node.a) and _is_index(node.b):
+            a, b = interval(node.a, ranges), interval(node.b, ranges)
+            if a is None or b is None:
+                return None
+            value = _compare(node.op, a, b)
+            return None if value is None else Const(value, DType.BOOL)
+        if isinstance(node, Binary) and node.op in ("min", "max") and _is_index(node):
+            a, b = interval(node.a, ranges), interval(node.b, ranges)
+            if a is None or b is None:
+                return None
+            if node.op == "min":
+                return node.a if a[1] <= b[0] else node.b if b[1] <= a[0] else None
+            return node.a if a[0] >= b[1] else node.b if b[0] >= a[1] else None
+        if isinstance(node, Binary) and node.op in ("and", "or"):
+            return _fold_logic(node)
+        if isinstance(node, Select) and isinstance(node.cond, Const) and node.cond.lanes == 1:
+            return node.true_value if node.cond.value else node.false_value
+        if isinstance(node, Load) and isinstance(node.mask, Const) and node.mask.value:
+            return replace(node, mask=None)
+        return None
+
+    return rewrite(stmt, visit)
+
+
+def _compare(op: str, a: Interval, b: Interval) -> bool | None:
+    if op == "lt":
+        return True if a[1] < b[0] else False if a[0] >= b[1] else None
+    if op == "le":
+        return True if a[1] <= b[0] else False if a[0] > b[1] else None
+    if op == "gt":
+        return True if a[0] > b[1] else False if a[1] <= b[0] else None
+    return True if a[0] >= b[1] else False if a[1] < b[0] else None  # ge
+
+
+def _fold_logic(node: Binary) -> Expr | None:
+    for known, other in ((node.a, node.b), (node.b, node.a)):
+        if isinstance(known, Const) and known.lanes == 1 and other.lanes == 1:
+            if node.op == "and":
+                return other if known.value else Const(False, DType.BOOL)
+            return Const(True, DType.BOOL) if known.value else other
+    return None
+
+
+# --------------------------------------------------------------------------- helpers
+def _loop_ranges(stmt: Stmt) -> dict[Var, Interval]:
+    """The range of every loop variable with constant bounds in ``stmt``."""
+    ranges = {}
+    for node in walk(stmt):
+        if isinstance(node, For) and isinstance(node.start, Const) and \
+                isinstance(node.extent, Const) and int(node.extent.value) > 0:
+            start = int(node.start.value)
+            ranges[node.var] = (start, start + int(node.extent.value) - 1)
+    return ranges
+
+
+def _uses(expr: Expr, var: Var) -> bool:
+    return any(node == var for node in walk(expr))
+
+
+def _is_index(expr: Expr) -> bool:
+    return expr.dtype is DType.INT64 and expr.lanes == 1
