@@ -34,6 +34,9 @@ Interval = tuple[int, int]  # inclusive
 
 # A loop is split only when its middle part keeps at least this many iterations.
 MIN_MIDDLE = 4
+# ... and when its body holds at most this many loops: every split triples the body, so a
+# kernel guarded along many axes (a Pad of every axis of a 5-D tensor) would grow as 3^axes.
+MAX_BODY_LOOPS = 32
 
 
 def partition_guarded_loops(func: PrimFunc) -> PrimFunc:
@@ -58,7 +61,7 @@ def _split(loop: For, ranges: dict[Var, Interval], taken: set[str]) -> Stmt | No
         return None
     start, end = int(loop.start.value), int(loop.start.value) + int(loop.extent.value)
     guards = [g for g in _guards(loop.body) if _uses(g, loop.var)]
-    if not guards:
+    if not guards or sum(isinstance(n, For) for n in walk(loop.body)) > MAX_BODY_LOOPS:
         return None
     low, high = start, end - 1
     for guard in guards:

@@ -122,3 +122,20 @@ def test_a_loop_whose_guards_never_settle_is_left_alone():
     names = [n.var.name for impl in small.build.kernels for n in walk(impl.func.body)
              if isinstance(n, For)]
     assert not any(name.endswith(("_lo", "_hi")) for name in names)
+
+
+def test_a_pad_of_every_axis_does_not_grow_without_bound():
+    """Six padded axes: each split triples the loop body, so splitting stops once a body
+    holds MAX_BODY_LOOPS loops; the result is still the Pad."""
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant")
+    graph = helper.make_graph(
+        [node], "pad6", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5] * 6)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("pads", TensorProto.INT64, [12], [1] * 12)])
+    module = ember.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    loops = [n for impl in module.build.kernels for n in walk(impl.func.body)
+             if isinstance(n, For)]
+    assert any(n.var.name.endswith(("_lo", "_hi")) for n in loops)
+    assert len(loops) <= 3 * (partition.MAX_BODY_LOOPS + 1)
+    x = RNG.standard_normal([5] * 6).astype(np.float32)
+    np.testing.assert_array_equal(module(x), np.pad(x, 1))
