@@ -230,13 +230,17 @@ def _fold_logic(node: Binary) -> Expr | None:
 
 # --------------------------------------------------------------------------- helpers
 def _loop_ranges(stmt: Stmt) -> dict[Var, Interval]:
-    """The range of every loop variable with constant bounds in ``stmt``."""
-    ranges = {}
+    """The range of every loop variable with constant bounds in ``stmt`` (the hull of its
+    loops' ranges, should one variable run several loops)."""
+    ranges: dict[Var, Interval] = {}
     for node in walk(stmt):
         if isinstance(node, For) and isinstance(node.start, Const) and \
                 isinstance(node.extent, Const) and int(node.extent.value) > 0:
             start = int(node.start.value)
-            ranges[node.var] = (start, start + int(node.extent.value) - 1)
+            low, high = start, start + int(node.extent.value) - 1
+            if node.var in ranges:
+                low, high = min(low, ranges[node.var][0]), max(high, ranges[node.var][1])
+            ranges[node.var] = (low, high)
     return ranges
 
 
