@@ -51,7 +51,10 @@ WORK_PER_TASK = 1 << 20
 MAX_TASKS = 32
 ROWS_PER_TASK = 96  # rows of A per task: a 96 x kc block of A stays in L2
 # The most scratch that B's panels for every batch element may take (more: one at a time).
-ALL_COPIES_BYTES = 8 << 20
+# Packing every element at once makes one parallel loop of all their tasks instead of a pack
+# and a task loop per element: ResNet-18 at batch 16 (its last two stages) ran 5 % faster
+# with 32 MiB than with 8.
+ALL_COPIES_BYTES = 32 << 20
 # Products with fewer rows do not pay for packing B at run time.
 MIN_ROWS_TO_PACK = 4
 # The most scratch a run-time packed (im2col) B may take.
