@@ -25,10 +25,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ember.core.dtypes import DType
+from ember.ir.loop.affine import split_affine
 from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Select, Var
 from ember.ir.loop.functor import rewrite, substitute, walk
 from ember.ir.loop.index_simplify import interval
 from ember.ir.loop.stmt import For, ForKind, PrimFunc, Seq, Stmt
+from ember.schedule.primitives import expr_uses
 
 Interval = tuple[int, int]  # inclusive
 
@@ -60,7 +62,7 @@ def _split(loop: For, ranges: dict[Var, Interval], taken: set[str]) -> Stmt | No
             not isinstance(loop.start, Const) or not isinstance(loop.extent, Const):
         return None
     start, end = int(loop.start.value), int(loop.start.value) + int(loop.extent.value)
-    guards = [g for g in _guards(loop.body) if _uses(g, loop.var)]
+    guards = [g for g in _guards(loop.body) if expr_uses(g, loop.var)]
     if not guards or sum(isinstance(n, For) for n in walk(loop.body)) > MAX_BODY_LOOPS:
         return None
     low, high = start, end - 1
@@ -130,7 +132,7 @@ def _decided_range(guard: Binary, var: Var, ranges: dict[Var, Interval]) -> Inte
         op = "le" if guard.op == "min" else "ge"
     else:
         difference, op = Binary("sub", guard.a, guard.b), guard.op
-    coefficient, rest = _split_affine(difference, var)
+    coefficient, rest = split_affine(difference, var)
     if coefficient is None or coefficient == 0:
         return None
     others = interval(rest, {v: r for v, r in ranges.items() if v != var})
@@ -142,42 +144,16 @@ def _decided_range(guard: Binary, var: Var, ranges: dict[Var, Interval]) -> Inte
     if op in ("lt", "le"):
         limit = -1 if op == "lt" else 0   # coefficient*var + others_max <= limit
         bound = limit - others[1]
-        return (unbounded[0], _floor_div(bound, coefficient)) if coefficient > 0 else \
+        return (unbounded[0], bound // coefficient) if coefficient > 0 else \
             (_ceil_div(bound, coefficient), unbounded[1])
     limit = 1 if op == "gt" else 0        # coefficient*var + others_min >= limit
     bound = limit - others[0]
     return (_ceil_div(bound, coefficient), unbounded[1]) if coefficient > 0 else \
-        (unbounded[0], _floor_div(bound, coefficient))
-
-
-def _floor_div(a: int, b: int) -> int:
-    return a // b
+        (unbounded[0], bound // coefficient)
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -((-a) // b)
-
-
-def _split_affine(expr: Expr, var: Var) -> tuple[int | None, Expr]:
-    """``(a, rest)`` with ``expr == a * var + rest`` and ``rest`` free of ``var``; ``a`` is
-    None when ``var`` enters otherwise (under a division, a product of variables...)."""
-    if not _uses(expr, var):
-        return 0, expr
-    if expr == var:
-        return 1, Const(0, INDEX)
-    if isinstance(expr, Binary) and expr.op in ("add", "sub"):
-        (ca, ra), (cb, rb) = _split_affine(expr.a, var), _split_affine(expr.b, var)
-        if ca is None or cb is None:
-            return None, expr
-        return (ca + cb if expr.op == "add" else ca - cb), Binary(expr.op, ra, rb)
-    if isinstance(expr, Binary) and expr.op == "mul":
-        for factor, other in ((expr.a, expr.b), (expr.b, expr.a)):
-            if isinstance(factor, Const) and factor.dtype.is_int and factor.lanes == 1:
-                c, r = _split_affine(other, var)
-                if c is None:
-                    return None, expr
-                return c * int(factor.value), Binary("mul", r, factor)
-    return None, expr
 
 
 # --------------------------------------------------------------------------- folding
@@ -242,10 +218,6 @@ def _loop_ranges(stmt: Stmt) -> dict[Var, Interval]:
                 low, high = min(low, ranges[node.var][0]), max(high, ranges[node.var][1])
             ranges[node.var] = (low, high)
     return ranges
-
-
-def _uses(expr: Expr, var: Var) -> bool:
-    return any(node == var for node in walk(expr))
 
 
 def _is_index(expr: Expr) -> bool:

@@ -33,6 +33,7 @@ from dataclasses import replace
 
 from ember.core.dtypes import DType
 from ember.core.target import Target
+from ember.ir.loop.affine import split_affine
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Var
 from ember.ir.loop.functor import rewrite, substitute, walk
@@ -125,30 +126,9 @@ def _row_reduction(loop: For) -> tuple[Buffer, str, Expr] | None:
         if isinstance(node, Load):
             if node.buffer == accumulator or node.index.lanes != 1 or node.mask is not None:
                 return None
-            if _stride_along(node.index, loop.var) not in (0, 1):
+            if split_affine(node.index, loop.var)[0] not in (0, 1):
                 return None
     return accumulator, value.op, term
-
-
-def _stride_along(index: Expr, var: Var) -> int | None:
-    """How far ``index`` moves when ``var`` steps by one, if it is ``var`` times a constant
-    plus terms without ``var`` (whatever those are: a division of other loop variables is
-    fine); None otherwise."""
-    if not any(node == var for node in walk(index)):
-        return 0
-    if index == var:
-        return 1
-    if isinstance(index, Binary) and index.op in ("add", "sub"):
-        a, b = _stride_along(index.a, var), _stride_along(index.b, var)
-        if a is None or b is None:
-            return None
-        return a + b if index.op == "add" else a - b
-    if isinstance(index, Binary) and index.op == "mul":
-        for factor, other in ((index.a, index.b), (index.b, index.a)):
-            if isinstance(factor, Const) and factor.dtype.is_int and factor.lanes == 1:
-                stride = _stride_along(other, var)
-                return None if stride is None else stride * int(factor.value)
-    return None
 
 
 def _is_accumulator(expr: Expr, accumulator: Buffer) -> bool:

@@ -137,14 +137,14 @@ def test_the_stride_of_a_load_sees_through_divisions_of_other_loops():
     the row reduction's stride along its own loop is still 1; a division of the reduced
     variable itself has no constant stride."""
     from ember.ir.loop.expr import Binary, Const, Var
-    from ember.schedule.reductions import _stride_along
+    from ember.ir.loop.affine import split_affine
 
     f, k = Var("f"), Var("k")
     c = lambda v: Const(v, DType.INT64)  # noqa: E731
     row = Binary("add", Binary("mul", Binary("floordiv", f, c(128)), c(128)),
                  Binary("floormod", f, c(128)))
     index = Binary("add", Binary("mul", row, c(768)), k)
-    assert _stride_along(index, k) == 1
-    assert _stride_along(Binary("sub", index, Binary("mul", k, c(3))), k) == -2
-    assert _stride_along(row, k) == 0
-    assert _stride_along(Binary("floordiv", index, c(2)), k) is None
+    assert split_affine(index, k)[0] == 1
+    assert split_affine(Binary("sub", index, Binary("mul", k, c(3))), k)[0] == -2
+    assert split_affine(row, k)[0] == 0
+    assert split_affine(Binary("floordiv", index, c(2)), k)[0] is None

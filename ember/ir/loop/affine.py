@@ -11,7 +11,7 @@ constants of variables, as ``Buffer.flat_index`` builds them -- so they are answ
 from __future__ import annotations
 
 from ember.ir.loop.expr import INDEX, Binary, Broadcast, Const, Expr, Ramp, Var
-from ember.ir.loop.functor import substitute
+from ember.ir.loop.functor import substitute, walk
 from ember.ir.loop.simplify import simplify
 
 
@@ -41,6 +41,29 @@ def affine_coefficients(expr: Expr) -> dict[Var | None, int] | None:
                 return {k: v * factor for k, v in other.items()}
         return None
     return None
+
+
+def split_affine(expr: Expr, var: Var) -> tuple[int | None, Expr]:
+    """``(a, rest)`` with ``expr == a * var + rest`` and ``rest`` free of ``var``, whatever
+    else ``rest`` holds (a division of other variables, a load); ``a`` is None when ``var``
+    enters otherwise (under a division, a product of variables...)."""
+    if not any(node == var for node in walk(expr)):
+        return 0, expr
+    if expr == var:
+        return 1, Const(0, INDEX)
+    if isinstance(expr, Binary) and expr.op in ("add", "sub"):
+        (ca, ra), (cb, rb) = split_affine(expr.a, var), split_affine(expr.b, var)
+        if ca is None or cb is None:
+            return None, expr
+        return (ca + cb if expr.op == "add" else ca - cb), Binary(expr.op, ra, rb)
+    if isinstance(expr, Binary) and expr.op == "mul":
+        for factor, other in ((expr.a, expr.b), (expr.b, expr.a)):
+            if isinstance(factor, Const) and factor.dtype.is_int and factor.lanes == 1:
+                coefficient, rest = split_affine(other, var)
+                if coefficient is None:
+                    return None, expr
+                return coefficient * int(factor.value), Binary("mul", rest, factor)
+    return None, expr
 
 
 def local_stride(index: Expr, var: Var, extents: dict) -> int | None:
