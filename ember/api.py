@@ -7,13 +7,19 @@
     same = ember.load("resnet18.ember")
     print(module.profile(x).table())                 # time, FLOPs, bytes of every kernel
 
-A model with dynamic dims is compiled for the shapes of its first call (or ``input_shapes``);
-calling it with other shapes compiles another specialization, as torch.compile does without
-dynamic shapes.
+A model with dynamic dims is compiled for the shapes of its first call (or ``input_shapes``).
+When the graph keeps the samples of its batch apart (``ember.passes.batch_split``), a call with
+another batch size reuses that code block by block (a batch-1 specialization is compiled once
+for the remainders): every batch size is served by at most two specializations.  Other
+dynamic dims (a sequence length), and graphs that mix samples, get a specialization per input
+shape, as torch.compile does without dynamic shapes.  ``dynamic_batch=False`` (or
+``EMBER_DYNAMIC_BATCH=0``) asks for a specialization per batch size too.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from concurrent.futures import Future
 from pathlib import Path
@@ -23,17 +29,22 @@ import numpy as np
 
 from ember.driver.pipeline import Build, BuildOptions, build_graph
 from ember.core.config import parse_size
-from ember.core.errors import InputError
+from ember.core.errors import EmberError, InputError
 from ember.core.target import Target
 from ember.ir.graph import Graph
 from ember.ir.types import TensorType
+from ember.passes.batch_split import BatchSplit, NotSeparable, analyze_batch_split
 from ember.runtime.binding import as_array, bind_call, bind_run, call_result
+from ember.runtime.blocks import plan_blocks, run_in_blocks
 from ember.runtime.errors import ModelLoadError
 from ember.runtime.manifest import HostNodeEntry
 from ember.runtime.model import CompiledModel, HostFunction
 
 if TYPE_CHECKING:
     from ember.profile import Peak, Profile
+
+LOG = logging.getLogger("ember")
+DYNAMIC_BATCH_ENV = "EMBER_DYNAMIC_BATCH"
 
 
 def _as_graph(model: Any, memory_limit: int | None = None, example_inputs: Any = None,
@@ -75,7 +86,8 @@ class Module:
     """
 
     def __init__(self, graph: Graph, options: BuildOptions,
-                 input_shapes: Mapping[str, Sequence[int]] | None = None):
+                 input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 dynamic_batch: bool | None = None):
         self.graph = graph
         self.options = options
         self._variants: dict[tuple, tuple[Build, CompiledModel]] = {}
@@ -87,10 +99,32 @@ class Module:
         self._variants_lock = threading.Lock()
         self._last: tuple[Build, CompiledModel] | None = None
         self._num_threads: int | None = None
+        # How a batch of any size is served from compiled blocks (None: a specialization per
+        # batch size; ``batch_split_reason`` says why), and the block sizes compiled so far
+        # for each shape of the other dims.
+        self.batch_split: BatchSplit | None = None
+        self.batch_split_reason = ""
+        self._block_sizes: dict[tuple, set[int]] = {}
+        if not self._all_static():
+            self._plan_batch_split(dynamic_batch)
         if input_shapes is not None or self._all_static():
             self._variant(self._shapes_from(input_shapes or {}))
 
     # ------------------------------------------------------------------ building
+    def _plan_batch_split(self, dynamic_batch: bool | None) -> None:
+        if dynamic_batch is None:
+            dynamic_batch = os.environ.get(DYNAMIC_BATCH_ENV, "1").strip() not in ("0", "")
+        if not dynamic_batch:
+            self.batch_split_reason = "dynamic_batch is off"
+            return
+        try:
+            self.batch_split = analyze_batch_split(self.graph)
+        except NotSeparable as why:
+            self.batch_split_reason = str(why)
+            LOG.info("ember: %s: a specialization per batch size: %s", self.graph.name, why)
+        except EmberError as error:  # the graph is broken; compiling it will say so
+            self.batch_split_reason = f"not analysed: {error}"
+
     def _all_static(self) -> bool:
         return all(isinstance(self.graph.types.get(n), TensorType)
                    and self.graph.types[n].is_static for n in self.graph.inputs)
@@ -137,6 +171,9 @@ class Module:
         from ember.package.artifact import pack_artifact
         from ember.runtime.artifact import artifact_from_memory
 
+        if not self._all_static():
+            LOG.info("ember: %s: compiling a specialization for input shapes %s",
+                     self.graph.name, ", ".join(f"{n}{list(s)}" for n, s in shapes.items()))
         build = build_graph(self.graph, shapes, self.options)
         # The module runs the artifact a deployment would load, packed and checked by the
         # same code, only without a round trip of its weights through the disk.
@@ -169,12 +206,22 @@ class Module:
                            self._run(bind_call(self.input_names, args, kwargs)))
 
     def _run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        arrays, (_, runtime) = self._bind(feeds)
-        return runtime._run(arrays)  # bound and checked above
+        arrays, plan = self._bind(feeds, blocks=True)
+        if isinstance(plan, tuple):
+            return plan[1]._run(arrays)  # bound and checked above
+        split = self.batch_split
+        assert split is not None
+        runners = {size: variant[1]._run for size, variant in plan.items()}
+        order = plan_blocks(arrays[split.inputs[0]].shape[0], list(plan))
+        assert order is not None
+        return run_in_blocks(arrays, split.inputs, split.batch_outputs,
+                             [(size, runners[size]) for size in order])
 
-    def _bind(self, feeds: Mapping[str, Any]
-              ) -> tuple[dict[str, np.ndarray], tuple[Build, CompiledModel]]:
-        """The checked input arrays, and the variant compiled for their shapes."""
+    def _bind(self, feeds: Mapping[str, Any], blocks: bool = False
+              ) -> tuple[dict[str, np.ndarray], Any]:
+        """The checked input arrays, and the variant compiled for their shapes; with
+        ``blocks``, a batch the compiled blocks serve gives instead a dict block size ->
+        variant (see :meth:`_block_plan`)."""
         from ember.interp.reference import check_inputs
 
         # Arrays of dtypes and shapes seen before go straight to their variant, whose runtime
@@ -188,12 +235,51 @@ class Module:
         arrays = {name: as_array(name, value, _describe(self.graph.types.get(name)))
                   for name, value in feeds.items()}
         check_inputs(self.graph, arrays)  # dtype, rank, static dims: before compiling
-        shapes = {name: tuple(array.shape) for name, array in arrays.items()}
-        variant = self._variant(self._shapes_from(shapes))
+        shapes = self._shapes_from({name: tuple(array.shape) for name, array in arrays.items()})
+        if blocks and self.batch_split is not None:
+            plan = self._block_plan(shapes)
+            if plan is not None:
+                return arrays, plan
+        variant = self._variant(shapes)
         if call_key is not None:
             with self._variants_lock:
                 self._by_call_key[call_key] = variant
         return arrays, variant
+
+    def _block_plan(self, shapes: dict[str, tuple[int, ...]]
+                    ) -> dict[int, tuple[Build, CompiledModel]] | None:
+        """The variants (by block size) that serve this batch, when it is not one already
+        compiled or the first one seen (those run as one specialization)."""
+        split = self.batch_split
+        assert split is not None
+        batch = shapes[split.inputs[0]][0]
+        if any(shapes[name][0] != batch for name in split.inputs):
+            return None  # inputs that disagree on the batch: the compiler reports it
+        others = tuple(sorted((name, shape[1:] if name in split.inputs else shape)
+                              for name, shape in shapes.items()))
+        with self._variants_lock:
+            sizes = self._block_sizes.setdefault(others, set())
+            known = set(sizes)
+            if batch == 0 or batch in known or not known:
+                sizes.add(batch)
+                return None
+        if plan_blocks(batch, list(known)) is None:
+            LOG.info("ember: %s: compiling a batch-1 block, so that every batch size runs "
+                     "on the compiled blocks %s and 1", self.graph.name, sorted(known))
+            known.add(1)
+        order = plan_blocks(batch, list(known))
+        assert order is not None
+        variants = {size: self._variant(self._with_batch(shapes, size)) for size in set(order)}
+        with self._variants_lock:
+            sizes.update(variants)
+        return variants
+
+    def _with_batch(self, shapes: dict[str, tuple[int, ...]],
+                    size: int) -> dict[str, tuple[int, ...]]:
+        split = self.batch_split
+        assert split is not None
+        return {name: ((size,) + shape[1:] if name in split.inputs else shape)
+                for name, shape in shapes.items()}
 
     def _call_key(self, feeds: Mapping[str, Any]) -> tuple | None:
         """(dtype, shape) of every input when all are plain arrays of the graph's inputs (the
@@ -350,7 +436,7 @@ def _check_buffers(where: str, kind: str, names: list[str], specs: Sequence[Any]
 def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "native",
             opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None,
             sanitize: bool = False, memory_limit: int | str | None = None,
-            dynamic_shapes: Any = None) -> Module:
+            dynamic_shapes: Any = None, dynamic_batch: bool | None = None) -> Module:
     """Compile an ONNX model (path, bytes, ModelProto), a ``torch.nn.Module`` or an ember
     Graph to native code.
 
@@ -361,6 +447,9 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     ``input_shapes`` fixes the shapes of dynamic inputs (otherwise the first call does);
     ``sanitize=True`` builds with AddressSanitizer and UBSan (for tests: the process must
     preload the sanitizer runtime, see ``ember.toolchain.compiler.sanitizer_preload``).
+    ``dynamic_batch`` (default: on, unless ``EMBER_DYNAMIC_BATCH=0``) serves every batch size
+    of a model whose samples are computed apart from the blocks already compiled, instead
+    of compiling a specialization per batch size (see the module docstring).
     ``memory_limit`` (bytes, or a string like ``"8GiB"``) is the most memory compiling and
     running may need; default: ``$EMBER_MEMORY_LIMIT``, else the memory available (see
     ``ember.core.config``).  A model that needs more is refused with a MemoryBudgetError.
@@ -371,7 +460,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     resolved = target if isinstance(target, Target) else Target.parse(target)
     options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
                            memory_limit=memory_limit)
-    return Module(graph, options, input_shapes)
+    return Module(graph, options, input_shapes, dynamic_batch=dynamic_batch)
 
 
 def load(path: str | Path, *, expected_digest: str | None = None) -> CompiledModel:

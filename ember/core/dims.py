@@ -152,6 +152,12 @@ def dims_equal(a: Dim, b: Dim) -> bool | None:
         return True
     if isinstance(diff, int):
         return False
+    # Symbols are sizes, never negative: N + 1 (a dim against -1, an exporter's "infer this
+    # dim" marker) or 2*N + 3 cannot be zero when every coefficient has the constant's sign.
+    coefficients = dict(diff.terms)
+    constant = coefficients.get((), 0)
+    if constant and all(c * constant > 0 for c in coefficients.values()):
+        return False
     return None
 
 

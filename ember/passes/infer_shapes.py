@@ -50,7 +50,8 @@ _MAX_FOLD_ELEMENTS = 4096
 
 def infer_shapes(graph: Graph, outer_known: dict[str, Any] | None = None,
                  outer_types: dict[str, ValueType | None] | None = None, *,
-                 check_declared: bool = True) -> Graph:
+                 check_declared: bool = True,
+                 known_out: dict[str, Any] | None = None) -> Graph:
     """Fill ``graph.types`` for every value (in place; also returns the graph).
 
     ``outer_known``/``outer_types`` are the known values and types of enclosing graphs, for
@@ -59,6 +60,8 @@ def infer_shapes(graph: Graph, outer_known: dict[str, Any] | None = None,
     specialization uses it, because by then the recorded types are ember's own inference for
     symbolic shapes (the file's declarations were checked at import), and a dim that a stale
     declaration pinned to the export batch size must yield to the shapes being compiled.
+    ``known_out``, when given, receives the known values of this graph's values (symbolic
+    dims as ``SymDim`` objects), for analyses that ask what a shape computation depends on.
     """
     known: dict[str, Any] = dict(outer_known or {})
     known.update({k: v for k, v in graph.constants.items() if _small(v)})
@@ -67,6 +70,8 @@ def infer_shapes(graph: Graph, outer_known: dict[str, Any] | None = None,
     mismatches: list[str] = []
     for node in graph.nodes:
         _infer_node(graph, node, types, known, mismatches, check_declared)
+    if known_out is not None:
+        known_out.update(known)
     for name, vtype in types.items():
         if vtype is not None and (name not in outer_types or name in graph.types):
             graph.types[name] = vtype

@@ -9,9 +9,10 @@ CPU tensor is handed over as a numpy view of its memory, and results come back a
 over the arrays ember wrote.
 
 Shapes: the ember graph keeps Dynamo's symbolic sizes symbolic, and the compiled
-``ember.Module`` specializes per input shape on first use (cached, and logged); Dynamo itself
-does not recompile for a new size when the model was compiled with ``dynamic=True`` or marked
-dynamic after a size change.
+``ember.Module`` serves a new batch size from the blocks it compiled when the part keeps its
+samples apart, else specializes per input shape on first use (cached, and logged); Dynamo
+itself does not recompile for a new size when the model was compiled with ``dynamic=True`` or
+marked dynamic after a size change.
 
 Weights are frozen: a call whose parameters are other tensors, or tensors modified in place
 since compilation (their version counter moved), recompiles the parts from the current
@@ -271,7 +272,6 @@ class _EmberKernel(torch.nn.Module):
         # native code for a discarded graph would be compile time for nothing.
         self._modules: dict[tuple[int, ...], Module] = {}
         self._build_lock = threading.Lock()
-        self._shapes_seen: set[tuple] = set()
 
     @staticmethod
     def _size_placeholders(submodule: torch.fx.GraphModule, imported: Any) -> set[str]:
@@ -313,7 +313,6 @@ class _EmberKernel(torch.nn.Module):
             else:
                 feeds[name] = np.array(int(value), dtype=np.int64)
         sizes = tuple(int(feeds.pop(name)) for name in self.size_inputs)
-        self._note_shapes(feeds, sizes)
         results = self._module_for(sizes).run(feeds)
         outputs = []
         for name, is_size in zip(self.output_names, self.size_outputs):
@@ -330,16 +329,6 @@ class _EmberKernel(torch.nn.Module):
                 outputs[i] = value
         return outputs[0] if self.single else tuple(outputs)
 
-    def _note_shapes(self, feeds: dict[str, np.ndarray], sizes: tuple[int, ...]) -> None:
-        key = tuple((name, array.shape) for name, array in feeds.items()) + sizes
-        if key in self._shapes_seen:
-            return
-        if self._shapes_seen:
-            shapes = ", ".join(f"{n}{list(a.shape)}" for n, a in feeds.items())
-            if sizes:
-                shapes += f"; sizes {list(sizes)}"
-            LOG.info("ember: %s: specializing for new input shapes %s", self.label, shapes)
-        self._shapes_seen.add(key)
 
 
 def _view_chain(node: torch.fx.Node) -> list[torch.fx.Node] | None:

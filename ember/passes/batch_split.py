@@ -1,0 +1,537 @@
+"""Whether a graph computes every sample of its batch on its own.
+
+When it does, one compiled specialization serves every batch size: a call with ``n`` samples
+runs the code compiled for a block of ``B`` samples on rows ``[i*B, (i+1)*B)`` of the inputs
+and writes the matching rows of the outputs (``ember.runtime.blocks``).  That is how a model
+with a dynamic batch stops compiling a new variant for every size it is called with.
+
+The analysis is a forward walk over the graph with symbolic shapes, before specialization.
+The batch symbol ``N`` is the one dim every batch-carrying input has first; each value is
+
+* ``STATIC``: does not depend on ``N`` at all (weights, constants, inputs without ``N``);
+* ``BATCH``: its first dim is ``N*k`` (``k`` free of ``N``), no other dim mentions ``N``, and
+  in row-major order sample ``i`` owns the ``i``-th contiguous chunk of it;
+* ``SIZE``: a small value computed from the batch size (``Shape(x)[0]``, a target shape built
+  from it), which may only feed the shape argument of Reshape, Expand or ConstantOfShape:
+  there, evaluating it for ``B`` instead of ``N`` gives exactly the block's shape.
+
+Every op that reads a BATCH or SIZE value must keep samples apart, which is a property of the
+op and its attributes, not of shapes: Softmax over axis 0 or Concat along axis 0 keep the
+shape rules intact yet mix samples.  So the ops are an explicit table (:data:`RULES`); an op
+not in it, or used in a way its rule does not accept, makes the whole graph "not separable",
+and the reason names the node.  The model then compiles a specialization per batch size, as
+it always did: the analysis may be conservative, never wrong.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ember.core.dims import SymDim, exact_divide
+from ember.ir.graph import Graph, Node
+from ember.ir.types import TensorType
+from ember.ops.registry import get_op
+
+
+class Kind(enum.Enum):
+    STATIC = "static"
+    BATCH = "batch"
+    SIZE = "size"
+
+
+@dataclass(frozen=True)
+class BatchSplit:
+    """How to run a separable graph block by block.
+
+    ``inputs``: the inputs whose first dim is the batch (split along axis 0); the others are
+    passed whole to every block.  ``batch_outputs``: the outputs whose first dim is ``k*N``
+    (their blocks are concatenated); the other outputs do not depend on the batch and are
+    taken from the first block.
+    """
+
+    symbol: str
+    inputs: tuple[str, ...]
+    batch_outputs: tuple[str, ...]
+
+
+class NotSeparable(Exception):
+    """The graph may combine samples; the message says where."""
+
+
+def analyze_batch_split(graph: Graph) -> BatchSplit:
+    """The :class:`BatchSplit` of ``graph``, or :class:`NotSeparable` saying why not."""
+    symbol = _batch_symbol(graph)
+    known = _known_values(graph)
+    kinds: dict[str, Kind] = {name: Kind.STATIC for name in graph.constants}
+    batch_inputs = []
+    for name in graph.inputs:
+        vtype = _tensor_type(graph, name)
+        if _mentions(vtype, symbol):
+            if _batch_factor(vtype, symbol) != 1:
+                raise NotSeparable(f"input '{name}' is {vtype}: the batch symbol '{symbol}' "
+                                   f"must be its first dim and appear nowhere else")
+            kinds[name] = Kind.BATCH
+            batch_inputs.append(name)
+        else:
+            kinds[name] = Kind.STATIC
+    for node in graph.nodes:
+        _visit(graph, node, kinds, symbol)
+        for name in node.outputs:
+            # a shape computation whose value is known and free of N (the sequence length
+            # read from the input's shape, a Range over it) is the same for every block
+            if name in known and kinds.get(name) is Kind.SIZE and \
+                    not _value_mentions(known[name], symbol):
+                kinds[name] = Kind.STATIC
+    batch_outputs = []
+    for name in graph.outputs:
+        kind = kinds.get(name, Kind.STATIC)
+        if kind is Kind.SIZE:
+            raise NotSeparable(f"output '{name}' is computed from the batch size itself")
+        if kind is Kind.BATCH:
+            batch_outputs.append(name)
+    return BatchSplit(symbol, tuple(batch_inputs), tuple(batch_outputs))
+
+
+# ----------------------------------------------------------------------------- values
+def _known_values(graph: Graph) -> dict[str, object]:
+    """The values shape inference knows (shape computations, with symbols), per name."""
+    from ember.passes.infer_shapes import infer_shapes
+
+    known: dict[str, object] = {}
+    scratch = Graph(name=graph.name, inputs=list(graph.inputs), outputs=list(graph.outputs),
+                    nodes=list(graph.nodes), types=dict(graph.types),
+                    constants=dict(graph.constants), metadata=dict(graph.metadata))
+    infer_shapes(scratch, check_declared=False, known_out=known)
+    return known
+
+
+def _value_mentions(value: object, symbol: str) -> bool:
+    return any(isinstance(v, SymDim) and symbol in v.symbols
+               for v in np.asarray(value, dtype=object).reshape(-1))
+
+
+def _batch_symbol(graph: Graph) -> str:
+    """The one symbol that starts the shapes of the inputs that have symbolic dims."""
+    leading = set()
+    for name in graph.inputs:
+        vtype = graph.types.get(name)
+        if not isinstance(vtype, TensorType) or vtype.shape is None:
+            raise NotSeparable(f"input '{name}' has no known shape")
+        if vtype.shape and _is_symbol(vtype.shape[0]):
+            leading.add(next(iter(vtype.shape[0].symbols)))
+    if len(leading) != 1:
+        raise NotSeparable("no input has a symbolic batch dim first" if not leading else
+                           f"the inputs start with different symbols {sorted(leading)}")
+    return leading.pop()
+
+
+def _is_symbol(dim: object) -> bool:
+    return isinstance(dim, SymDim) and len(dim.terms) == 1 and dim.terms[0][1] == 1 and \
+        len(dim.terms[0][0]) == 1
+
+
+def _tensor_type(graph: Graph, name: str) -> TensorType:
+    vtype = graph.types.get(name)
+    if not isinstance(vtype, TensorType) or vtype.shape is None or \
+            any(d is None for d in vtype.shape):
+        raise NotSeparable(f"value '{name}' has no known shape ({vtype})")
+    return vtype
+
+
+def _mentions(vtype: TensorType, symbol: str) -> bool:
+    return any(isinstance(d, SymDim) and symbol in d.symbols for d in vtype.shape)
+
+
+def _batch_factor(vtype: TensorType, symbol: str) -> object | None:
+    """``k`` when the first dim is ``k*N`` with ``k`` free of ``N`` and no other dim mentions
+    ``N``; None otherwise."""
+    if not vtype.shape:
+        return None
+    first = vtype.shape[0]
+    if not isinstance(first, SymDim):
+        return None
+    k = exact_divide(first, SymDim(((((symbol,), 1),))))
+    if k is None or (isinstance(k, SymDim) and symbol in k.symbols) or k == 0:
+        return None
+    if any(isinstance(d, SymDim) and symbol in d.symbols for d in vtype.shape[1:]):
+        return None
+    return k
+
+
+# ----------------------------------------------------------------------------- the walk
+@dataclass
+class _Use:
+    """What a rule sees of one node."""
+
+    graph: Graph
+    node: Node
+    attrs: dict
+    kinds: list[Kind | None]  # per input; None for an empty optional input
+    symbol: str
+
+    def kind(self, index: int) -> Kind | None:
+        return self.kinds[index] if index < len(self.kinds) else None
+
+    def rank(self, index: int) -> int:
+        return len(_tensor_type(self.graph, self.node.inputs[index]).shape)
+
+    def out_rank(self) -> int:
+        return len(_tensor_type(self.graph, self.node.outputs[0]).shape)
+
+    def const(self, index: int) -> np.ndarray | None:
+        """The constant at input ``index`` (None when it is absent or not a constant)."""
+        if index >= len(self.node.inputs) or not self.node.inputs[index]:
+            return None
+        return self.graph.constants.get(self.node.inputs[index])
+
+    def fail(self, why: str) -> NotSeparable:
+        return NotSeparable(f"node '{self.node.name}' ({self.node.op}) {why}")
+
+
+Rule = Callable[[_Use], None]
+
+
+def _visit(graph: Graph, node: Node, kinds: dict[str, Kind], symbol: str) -> None:
+    if any(True for _ in node.subgraphs()):
+        if any(kinds.get(n) not in (None, Kind.STATIC) for n in node.implicit_inputs()) or \
+                any(kinds.get(n, Kind.STATIC) is not Kind.STATIC for n in node.inputs if n):
+            raise NotSeparable(f"node '{node.name}' ({node.op}) runs a subgraph on batch data")
+    input_kinds = [kinds.get(n, Kind.STATIC) if n else None for n in node.inputs]
+    if all(k in (None, Kind.STATIC) for k in input_kinds):
+        for name in node.outputs:
+            if name:
+                kinds[name] = Kind.STATIC
+        return
+    opdef = get_op(node.op)
+    rule = RULES.get(node.op)
+    if opdef is None or rule is None:
+        raise NotSeparable(f"node '{node.name}' ({node.op}) reads batch data and is not known "
+                           f"to keep samples apart")
+    use = _Use(graph, node, opdef.resolve_attrs(node), input_kinds, symbol)
+    if Kind.SIZE in input_kinds and Kind.BATCH not in input_kinds and \
+            node.op not in SHAPE_ARGUMENT_OPS:
+        if node.op not in SIZE_OPS:
+            raise use.fail("computes with the batch size other than as a shape")
+        for name in node.outputs:
+            if name:
+                if _mentions(_tensor_type(graph, name), symbol):
+                    raise use.fail("makes a tensor whose size and values follow the batch size")
+                kinds[name] = Kind.SIZE
+        return
+    rule(use)
+    for name in node.outputs:
+        if not name:
+            continue
+        vtype = _tensor_type(graph, name)
+        if _batch_factor(vtype, symbol) is not None:
+            kinds[name] = Kind.BATCH
+        elif node.op in SHAPE_ARGUMENT_OPS and Kind.BATCH not in input_kinds and \
+                not _mentions(vtype, symbol):
+            kinds[name] = Kind.STATIC  # a constant fill or broadcast of constants
+        elif node.op in ("Shape", "Size") and not _mentions(vtype, symbol):
+            kinds[name] = Kind.SIZE
+        else:
+            raise use.fail(f"makes '{name}' of shape {vtype} from batch data: its samples are "
+                           f"no longer its leading rows")
+
+
+# ----------------------------------------------------------------------------- rules
+def _per_element(use: _Use) -> None:
+    """Elementwise and broadcasting ops: every batch input lines up with the output."""
+    if Kind.SIZE in use.kinds:
+        raise use.fail("computes with the batch size other than as a shape")
+    out_type = _tensor_type(use.graph, use.node.outputs[0])
+    for index, kind in enumerate(use.kinds):
+        if kind is Kind.BATCH:
+            in_type = _tensor_type(use.graph, use.node.inputs[index])
+            if len(in_type.shape) != len(out_type.shape) or in_type.shape[0] != out_type.shape[0]:
+                raise use.fail(f"broadcasts batch input {index} {in_type} to {out_type}")
+
+
+def _data_batched(use: _Use) -> None:
+    """Ops that work on each sample (``N C ...`` or row by row) when the batch data is their
+    first input and every other input (weights, axes, sizes) is a constant."""
+    if use.kind(0) is not Kind.BATCH:
+        raise use.fail("reads batch data other than as its first input")
+    for index, kind in enumerate(use.kinds[1:], start=1):
+        if kind not in (None, Kind.STATIC):
+            raise use.fail(f"reads batch data or the batch size as input {index}")
+
+
+def _not_axis_zero(axis_of: Callable[[_Use], list[int] | None]) -> Rule:
+    """Ops that combine elements along some axes: none of them may be axis 0."""
+    def rule(use: _Use) -> None:
+        _data_batched(use)
+        axes = axis_of(use)
+        rank = use.rank(0)
+        if axes is None:
+            raise use.fail("has axes that are not constants")
+        if any(a % max(rank, 1) == 0 for a in axes):
+            raise use.fail(f"works along axis 0, the batch (axes {axes})")
+    return rule
+
+
+def _attr_axis(name: str = "axis") -> Callable[[_Use], list[int] | None]:
+    return lambda use: [int(use.attrs[name])]
+
+
+def _from_axis(name: str = "axis") -> Callable[[_Use], list[int] | None]:
+    """Every axis from ``axis`` on (LayerNormalization's normalized axes)."""
+    def axes(use: _Use) -> list[int]:
+        rank = use.rank(0)
+        start = int(use.attrs[name]) % max(rank, 1)
+        return list(range(start, rank))
+    return axes
+
+
+def _reduce_axes(use: _Use) -> list[int] | None:
+    """ReduceX's axes: the attribute (older opsets) or input 1; none given is every axis."""
+    if "axes" in use.attrs and use.attrs["axes"] is not None:
+        axes = list(use.attrs["axes"])
+    elif len(use.node.inputs) > 1 and use.node.inputs[1]:
+        constant = use.const(1)
+        if constant is None:
+            return None
+        axes = [int(a) for a in np.asarray(constant).reshape(-1)]
+    else:
+        axes = []
+    if not axes:
+        if use.attrs.get("noop_with_empty_axes"):
+            return []
+        return list(range(use.rank(0)))
+    return axes
+
+
+def _const_axis(index: int) -> Callable[[_Use], list[int] | None]:
+    def axes(use: _Use) -> list[int] | None:
+        constant = use.const(index)
+        return None if constant is None else [int(a) for a in np.asarray(constant).reshape(-1)]
+    return axes
+
+
+def _view(use: _Use) -> None:
+    """Reshape-like ops: row-major order is kept, so sample ``i`` stays the ``i``-th chunk
+    (the output-shape check after the rule makes sure the batch still leads)."""
+    if use.kind(0) is not Kind.BATCH:
+        raise use.fail("takes the batch size as data")
+    for index in range(1, len(use.kinds)):
+        if use.kind(index) is Kind.BATCH:
+            raise use.fail(f"takes batch data as its shape (input {index})")
+        if use.kind(index) is Kind.SIZE and use.node.op not in ("Reshape",):
+            raise use.fail(f"takes axes computed from the batch size (input {index})")
+
+
+def _shape_argument(data: int, shape: int) -> Rule:
+    """Expand and ConstantOfShape: the shape may come from the batch size (a block then
+    builds its own rows); the data, if batched, must line up with the output."""
+    def rule(use: _Use) -> None:
+        if use.kind(shape) is Kind.BATCH:
+            raise use.fail("takes batch data as a shape")
+        if data >= 0 and use.kind(data) is Kind.SIZE:
+            raise use.fail("takes the batch size as data")
+        if data >= 0 and use.kind(data) is Kind.BATCH:
+            out_rank = use.out_rank()
+            in_type = _tensor_type(use.graph, use.node.inputs[data])
+            out_type = _tensor_type(use.graph, use.node.outputs[0])
+            if len(in_type.shape) != out_rank or in_type.shape[0] != out_type.shape[0]:
+                raise use.fail(f"broadcasts batch data {in_type} to {out_type}")
+    return rule
+
+
+def _transpose(use: _Use) -> None:
+    perm = use.attrs.get("perm")
+    if perm is not None and len(perm) and int(perm[0]) != 0:
+        raise use.fail(f"moves the batch axis (perm {list(perm)})")
+    if perm is None and use.rank(0) > 1:
+        raise use.fail("reverses the axes, moving the batch")
+
+
+def _slice(use: _Use) -> None:
+    _data_batched(use)
+    starts = use.const(1)
+    axes = use.const(3)
+    if starts is None or (len(use.node.inputs) > 3 and use.node.inputs[3] and axes is None):
+        raise use.fail("has starts or axes that are not constants")
+    rank = use.rank(0)
+    axes_list = range(len(np.asarray(starts).reshape(-1))) if axes is None else \
+        [int(a) for a in np.asarray(axes).reshape(-1)]
+    if any(a % rank == 0 for a in axes_list):
+        raise use.fail("slices along the batch axis")
+
+
+def _concat(use: _Use) -> None:
+    if Kind.SIZE in use.kinds:
+        raise use.fail("joins batch data with the batch size")
+    if int(use.attrs["axis"]) % use.rank(0) == 0:
+        raise use.fail("joins along the batch axis")
+    _per_element(use)
+
+
+def _gather(use: _Use) -> None:
+    data, indices = use.kind(0), use.kind(1)
+    if data is Kind.BATCH and indices is Kind.STATIC:
+        if int(use.attrs["axis"]) % use.rank(0) == 0:
+            raise use.fail("picks samples along the batch axis")
+        return
+    if data is Kind.STATIC and indices is Kind.BATCH:
+        return  # a lookup per sample (an embedding); the output check wants the batch first
+    raise use.fail("indexes batch data with batch data")
+
+
+def _gather_elements(use: _Use) -> None:
+    if use.kind(0) is not Kind.BATCH or use.kind(1) is not Kind.BATCH:
+        raise use.fail("needs batch data and batch indices")
+    if int(use.attrs["axis"]) % use.rank(0) == 0:
+        raise use.fail("picks along the batch axis")
+    _per_element(use)
+
+
+def _matmul(use: _Use) -> None:
+    a, b = use.kind(0), use.kind(1)
+    rank_a, rank_b = use.rank(0), use.rank(1)
+    if Kind.SIZE in (a, b):
+        raise use.fail("multiplies by the batch size")
+    if b is Kind.BATCH and (rank_b < 3 or (a is Kind.BATCH and rank_a != rank_b)):
+        raise use.fail("contracts over the batch (batch data as the right operand)")
+    if a is Kind.BATCH and b is Kind.STATIC and rank_a < 2:
+        raise use.fail("contracts over the batch (a batch vector as the left operand)")
+    if a is Kind.BATCH and b is Kind.BATCH and \
+            _tensor_type(use.graph, use.node.inputs[0]).shape[0] != \
+            _tensor_type(use.graph, use.node.inputs[1]).shape[0]:
+        raise use.fail("multiplies batches of different sizes")
+
+
+def _gemm(use: _Use) -> None:
+    if use.kind(0) is not Kind.BATCH or any(k not in (None, Kind.STATIC) for k in use.kinds[1:]):
+        raise use.fail("takes batch data other than as A")
+    if use.attrs.get("transA"):
+        raise use.fail("contracts over the batch (transA)")
+
+
+def _pad(use: _Use) -> None:
+    _data_batched(use)
+    pads = use.const(1) if len(use.node.inputs) > 1 else None
+    if pads is None:
+        pads = use.attrs.get("pads")
+    if pads is None:
+        raise use.fail("has pads that are not constants")
+    flat = [int(p) for p in np.asarray(pads).reshape(-1)]
+    axes = use.const(3)
+    rank = use.rank(0)
+    axes_list = list(range(rank)) if axes is None else \
+        [int(a) % rank for a in np.asarray(axes).reshape(-1)]
+    count = len(axes_list)
+    for position, axis in enumerate(axes_list):
+        if axis == 0 and (flat[position] or flat[position + count]):
+            raise use.fail("pads the batch axis")
+
+
+def _tile(use: _Use) -> None:
+    _data_batched(use)
+    repeats = use.const(1)
+    if repeats is None or int(np.asarray(repeats).reshape(-1)[0]) != 1:
+        raise use.fail("repeats along the batch axis")
+
+
+def _resize(use: _Use) -> None:
+    _data_batched(use)
+    scales = use.const(2)
+    if scales is None or np.asarray(scales).size == 0 or float(np.asarray(scales)[0]) != 1.0:
+        raise use.fail("needs constant scales that keep the batch axis (sizes from the batch "
+                       "are not followed)")
+
+
+def _max_pool(use: _Use) -> None:
+    _data_batched(use)
+    if len(use.node.outputs) > 1 and use.node.outputs[1]:
+        raise use.fail("returns indices flattened over the whole tensor, batch included")
+
+
+def _batch_norm(use: _Use) -> None:
+    if use.attrs.get("training_mode"):
+        raise use.fail("computes statistics over the batch (training_mode)")
+    _data_batched(use)
+
+
+def _trilu(use: _Use) -> None:
+    _data_batched(use)
+    if use.rank(0) < 3:
+        raise use.fail("masks by row index, and the rows are samples")
+
+
+def _quantize(use: _Use) -> None:
+    _data_batched(use)
+    scale = use.const(1)
+    if scale is None:
+        raise use.fail("has a scale that is not a constant")
+    if np.asarray(scale).size > 1 and int(use.attrs.get("axis", 1)) % use.rank(0) == 0:
+        raise use.fail("has a scale per sample (axis 0)")
+
+
+def _conv(use: _Use) -> None:
+    _data_batched(use)
+
+
+_ELEMENTWISE_FAMILIES = ("activation", "elementwise", "logical", "cast")
+
+# Ops whose shape input may be a SIZE value while their data is not batch data: they make a
+# batch of rows (each the same) whose count follows the batch size.
+SHAPE_ARGUMENT_OPS = frozenset({"Expand", "ConstantOfShape"})
+
+# Ops (with shape-only inputs) that may compute with SIZE values, the batch size read by
+# Shape: their results stay SIZE, small N-free tensors of sizes.
+SIZE_OPS = frozenset({
+    "Gather", "Slice", "Concat", "Squeeze", "Unsqueeze", "Cast", "Add", "Sub", "Mul", "Div",
+    "Equal", "Where", "Reshape", "Identity", "Max", "Min", "ReduceProd", "Neg", "Abs",
+    "Floor", "Ceil", "Shape", "Size",
+})
+
+RULES: dict[str, Rule] = {
+    # layout
+    "Identity": _view, "Reshape": _view, "Flatten": _view, "Squeeze": _view,
+    "Unsqueeze": _view, "Dropout": _data_batched,
+    "Shape": lambda use: None, "Size": lambda use: None,
+    "Transpose": _transpose, "Expand": _shape_argument(0, 1),
+    "ConstantOfShape": _shape_argument(-1, 0),
+    "Concat": _concat, "Split": _not_axis_zero(_attr_axis()), "Slice": _slice, "Pad": _pad, "Tile": _tile,
+    "Gather": _gather, "GatherElements": _gather_elements,
+    "DepthToSpace": _conv, "SpaceToDepth": _conv, "Trilu": _trilu, "Resize": _resize,
+    "OneHot": _data_batched,
+    # along an axis that must not be the batch
+    "Softmax": _not_axis_zero(_attr_axis()), "LogSoftmax": _not_axis_zero(_attr_axis()),
+    "Hardmax": _not_axis_zero(_attr_axis()),
+    "LpNormalization": _not_axis_zero(_attr_axis()),
+    "ArgMax": _not_axis_zero(_attr_axis()), "ArgMin": _not_axis_zero(_attr_axis()),
+    "TopK": _not_axis_zero(_attr_axis()),
+    "CumSum": _not_axis_zero(_const_axis(1)),
+    "LayerNormalization": _not_axis_zero(_from_axis()),
+    "RMSNormalization": _not_axis_zero(_from_axis()),
+    "MeanVarianceNormalization": _not_axis_zero(lambda use: list(use.attrs["axes"])),
+    # per sample by definition (N C spatial...)
+    "Conv": _conv, "ConvTranspose": _conv, "AveragePool": _conv, "MaxPool": _max_pool,
+    "LpPool": _conv, "GlobalAveragePool": _conv, "GlobalMaxPool": _conv,
+    "GlobalLpPool": _conv, "InstanceNormalization": _conv, "GroupNormalization": _conv,
+    "LRN": _conv, "BatchNormalization": _batch_norm,
+    "MatMul": _matmul, "Gemm": _gemm,
+    "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
+}
+for _name in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+              "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare"):
+    RULES[_name] = _not_axis_zero(_reduce_axes)
+
+
+def _register_elementwise() -> None:
+    from ember.ops.registry import PatternKind, all_ops
+
+    for name, opdef in all_ops().items():
+        if opdef.family in _ELEMENTWISE_FAMILIES and name not in RULES and \
+                opdef.pattern in (PatternKind.ELEMENTWISE, PatternKind.BROADCAST) and \
+                not ({"axis", "axes"} & set(opdef.attrs)):
+            RULES[name] = _per_element
+
+
+_register_elementwise()
