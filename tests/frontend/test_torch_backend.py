@@ -179,3 +179,20 @@ def test_aot_compile_names_every_unsupported_op() -> None:
 def test_aot_compile_needs_example_inputs() -> None:
     with pytest.raises(EmberError, match="example inputs"):
         ember.compile(_Block())
+
+
+def test_dynamic_batch_is_served_without_compiling_per_size(caplog) -> None:
+    """torch.compile(dynamic=True): Dynamo hands one graph with a symbolic batch; ember
+    compiles the first size and a batch-1 block, and every other size runs on those.
+    (A call with batch 1 would get a graph of its own: Dynamo specializes sizes 0 and 1.)"""
+    caplog.set_level(logging.INFO, logger="ember")
+    model = _Block().eval()
+    compiled = torch.compile(model, backend="ember", dynamic=True)
+    with torch.no_grad():
+        for size in (4, 3, 7, 4, 8, 5):
+            x = torch.randn(size, 3, 8, 8)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    compiled_shapes = [r.getMessage() for r in caplog.records
+                       if "compiling a specialization" in r.getMessage()]
+    assert len(compiled_shapes) == 2, compiled_shapes
+    assert "[4, 3, 8, 8]" in compiled_shapes[0] and "[1, 3, 8, 8]" in compiled_shapes[1]

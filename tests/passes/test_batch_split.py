@@ -1,0 +1,269 @@
+"""The batch-split analysis: which graphs keep the samples of their batch apart.
+
+The oracle is the graph's own semantics, run by the numpy reference executor: for a graph the
+analysis accepts, running a batch of 5 as blocks of 2, 2 and 1 (``run_in_blocks``) must give
+exactly the outputs of running it whole.  For the graphs it refuses because an op really mixes
+samples, the same block run gives something else -- so each refusal below is a real hazard,
+not just caution -- and the reason names the node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember.interp.reference import ReferenceExecutor
+from ember.ir.parser import parse_graph
+from ember.passes.batch_split import BatchSplit, NotSeparable, analyze_batch_split
+from ember.passes.infer_shapes import infer_shapes
+from ember.runtime.blocks import plan_blocks, run_in_blocks
+
+BLOCKS = (2, 2, 1)
+
+SEPARABLE = {
+    "mlp": """
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 3]) {
+          const %w1: f32[4, 5] = [[0.1, 0.2, 0.3, 0.4, 0.5], [0.5, 0.4, 0.3, 0.2, 0.1],
+                                  [1.0, -1.0, 0.5, -0.5, 0.2], [0.3, 0.3, -0.3, 0.1, 0.0]]
+          const %b1: f32[5] = [0.1, -0.1, 0.2, 0.0, 0.3]
+          const %w2: f32[3, 5] = [[1.0, 0.5, 0.0, -0.5, 1.0], [0.2, 0.2, 0.2, 0.2, 0.2],
+                                  [-1.0, 0.0, 1.0, 0.0, -1.0]]
+          %h = Gemm(%x, %w1, %b1)
+          %r = Relu(%h)
+          %z = Gemm(%r, %w2) {transB=1}
+          %y = Softmax(%z) {axis=1}
+        }""",
+    "cnn": """
+        graph main(%x: f32[N, 2, 5, 5]) -> (%y: f32[N, 2]) {
+          const %w: f32[3, 2, 3, 3] = [[[[0.1, 0.2, 0.3], [0.0, 0.1, 0.0], [0.3, 0.2, 0.1]],
+                                        [[0.5, 0.0, -0.5], [0.1, 0.1, 0.1], [0.0, 0.2, 0.0]]],
+                                       [[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+                                        [[0.2, 0.2, 0.2], [0.2, 0.2, 0.2], [0.2, 0.2, 0.2]]],
+                                       [[[-0.1, 0.0, 0.1], [0.0, 0.0, 0.0], [0.1, 0.0, -0.1]],
+                                        [[0.3, 0.1, 0.3], [0.1, 0.3, 0.1], [0.3, 0.1, 0.3]]]]
+          const %scale: f32[3] = [1.0, 0.5, 2.0]
+          const %bias: f32[3] = [0.0, 0.1, -0.1]
+          const %mean: f32[3] = [0.1, 0.0, 0.2]
+          const %var: f32[3] = [1.0, 2.0, 0.5]
+          const %fc: f32[2, 3] = [[1.0, -1.0, 0.5], [0.25, 0.5, 0.75]]
+          %c = Conv(%x, %w) {pads=[1, 1, 1, 1]}
+          %b = BatchNormalization(%c, %scale, %bias, %mean, %var)
+          %r = Relu(%b)
+          %p = MaxPool(%r) {kernel_shape=[2, 2], strides=[2, 2]}
+          %g = GlobalAveragePool(%p)
+          %f = Flatten(%g)
+          %y = Gemm(%f, %fc) {transB=1}
+        }""",
+    "attention": """
+        graph main(%x: f32[N, 3, 4]) -> (%y: f32[N, 3, 4]) {
+          const %wq: f32[4, 4] = [[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1],
+                                  [0.0, 1.0, 0.0, -1.0], [0.5, 0.5, -0.5, -0.5]]
+          const %zero: i64[] = 0
+          const %tail: i64[3] = [3, 2, 2]
+          const %flat: i64[3] = [0, 3, 4]
+          const %axes: i64[1] = [0]
+          const %gamma: f32[4] = [1.0, 2.0, 0.5, 1.0]
+          %q = MatMul(%x, %wq)
+          %shape = Shape(%x)
+          %n = Gather(%shape, %zero)
+          %n1 = Unsqueeze(%n, %axes)
+          %target = Concat(%n1, %tail) {axis=0}
+          %heads = Reshape(%q, %target)
+          %t = Transpose(%heads) {perm=[0, 2, 1, 3]}
+          %kt = Transpose(%heads) {perm=[0, 2, 3, 1]}
+          %s = MatMul(%t, %kt)
+          %a = Softmax(%s) {axis=-1}
+          %o = MatMul(%a, %t)
+          %back = Transpose(%o) {perm=[0, 2, 1, 3]}
+          %merged = Reshape(%back, %flat)
+          %y = LayerNormalization(%merged, %gamma) {axis=-1}
+        }""",
+    "embedding_and_positions": """
+        graph main(%ids: i64[N, 3]) -> (%y: f32[N, 2]) {
+          const %table: f32[5, 2] = [[0.0, 1.0], [1.0, 0.0], [0.5, 0.5], [2.0, -1.0],
+                                     [-0.5, 3.0]]
+          const %pos: f32[1, 3, 2] = [[[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]]
+          const %one: i64[1] = [1]
+          const %axes: i64[1] = [1]
+          %e = Gather(%table, %ids) {axis=0}
+          %shape = Shape(%ids)
+          %n = Slice(%shape, %one, %one)
+          %full = Shape(%e)
+          %p = Expand(%pos, %full)
+          %sum = Add(%e, %p)
+          %y = ReduceMean(%sum, %axes) {keepdims=0}
+        }""",
+    "layout_along_other_axes": """
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 8], %z: f32[N, 8]) {
+          const %starts: i64[1] = [1]
+          const %ends: i64[1] = [3]
+          const %axes: i64[1] = [1]
+          const %pads: i64[4] = [0, 1, 0, 1]
+          const %reps: i64[2] = [1, 2]
+          %s = Slice(%x, %starts, %ends, %axes)
+          %p = Pad(%x, %pads)
+          %y = Concat(%s, %p) {axis=1}
+          %c = CumSum(%x, %axes)
+          %z = Tile(%c, %reps)
+        }""",
+}
+
+# graph, the op that mixes samples (named in the reason)
+MIXING = {
+    "softmax_over_the_batch": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
+          %y = Softmax(%x) {axis=0}
+        }""", "Softmax"),
+    "concat_along_the_batch": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[2*N, 4]) {
+          %d = Add(%x, %x)
+          %y = Concat(%x, %d) {axis=0}
+        }""", "Concat"),
+    "mean_over_the_batch": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
+          const %axes: i64[1] = [0]
+          %m = ReduceMean(%x, %axes) {keepdims=1}
+          %y = Sub(%x, %m)
+        }""", "ReduceMean"),
+    "cumsum_along_the_batch": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
+          const %axis: i64[] = 0
+          %y = CumSum(%x, %axis)
+        }""", "CumSum"),
+    "gram_matrix": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[4, 4]) {
+          %t = Transpose(%x) {perm=[1, 0]}
+          %y = MatMul(%t, %x)
+        }""", "Transpose"),
+    "first_sample_subtracted": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
+          const %zero: i64[] = 0
+          %first = Gather(%x, %zero) {axis=0}
+          %y = Sub(%x, %first)
+        }""", "Gather"),
+    "scaled_by_the_batch_size": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
+          const %zero: i64[] = 0
+          %shape = Shape(%x)
+          %n = Gather(%shape, %zero)
+          %f = Cast(%n) {to=1}
+          %y = Mul(%x, %f)
+        }""", "Mul"),
+    "sample_index_as_data": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
+          const %zero: i64[] = 0
+          const %one: i64[] = 1
+          const %axes: i64[1] = [1]
+          %shape = Shape(%x)
+          %n = Gather(%shape, %zero)
+          %i = Range(%zero, %n, %one)
+          %f = Cast(%i) {to=1}
+          %col = Unsqueeze(%f, %axes)
+          %y = Add(%x, %col)
+        }""", "Range"),
+    "max_pool_indices": ("""
+        graph main(%x: f32[N, 1, 2, 2]) -> (%y: f32[N, 1, 1, 1], %i: i64[N, 1, 1, 1]) {
+          %y, %i = MaxPool(%x) {kernel_shape=[2, 2]}
+        }""", "MaxPool"),
+    "batch_size_as_an_output": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 4], %s: i64[2]) {
+          %y = Relu(%x)
+          %s = Shape(%x)
+        }""", "output 's'"),
+}
+
+
+def _graph(text: str):
+    return infer_shapes(parse_graph(text))
+
+
+def _inputs(graph, batch: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(batch)
+    feeds = {}
+    for name in graph.inputs:
+        vtype = graph.types[name]
+        shape = tuple(batch if not isinstance(d, int) else d for d in vtype.shape)
+        if vtype.dtype.numpy == np.int64:
+            feeds[name] = rng.integers(0, 5, size=shape).astype(np.int64)
+        else:
+            feeds[name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _whole_and_blocks(graph, split: BatchSplit):
+    executor = ReferenceExecutor(graph)
+    feeds = _inputs(graph, sum(BLOCKS))
+    whole = executor.run(feeds)
+    blocks = run_in_blocks(feeds, split.inputs, split.batch_outputs,
+                           [(size, executor.run) for size in BLOCKS])
+    return whole, blocks
+
+
+@pytest.mark.parametrize("name", sorted(SEPARABLE))
+def test_a_separable_graph_gives_the_same_outputs_block_by_block(name: str) -> None:
+    graph = _graph(SEPARABLE[name])
+    split = analyze_batch_split(graph)
+    assert split.symbol == "N" and split.inputs == (graph.inputs[0],)
+    assert set(split.batch_outputs) == set(graph.outputs)
+    whole, blocks = _whole_and_blocks(graph, split)
+    for output in graph.outputs:
+        np.testing.assert_allclose(blocks[output], whole[output], rtol=1e-6, atol=1e-6,
+                                   err_msg=f"{name}: output {output}")
+
+
+@pytest.mark.parametrize("name", sorted(MIXING))
+def test_a_graph_that_mixes_samples_is_refused_by_name(name: str) -> None:
+    text, culprit = MIXING[name]
+    graph = _graph(text)
+    with pytest.raises(NotSeparable, match=culprit):
+        analyze_batch_split(graph)
+    # and the refusal is warranted: run block by block, some output differs
+    batch_inputs = tuple(n for n in graph.inputs)
+    batch_outputs = tuple(n for n in graph.outputs
+                          if not isinstance(graph.types[n].shape[0], int))
+    whole, blocks = _whole_and_blocks(graph, BatchSplit("N", batch_inputs, batch_outputs))
+    assert any(blocks[o].shape != whole[o].shape or not np.allclose(blocks[o], whole[o])
+               for o in graph.outputs), f"{name}: blocks agree with the whole batch"
+
+
+def test_inputs_that_carry_the_batch_elsewhere_are_refused() -> None:
+    graph = _graph("""
+        graph main(%x: f32[N, 4], %m: f32[4, N]) -> (%y: f32[N, 4]) {
+          %t = Transpose(%m) {perm=[1, 0]}
+          %y = Add(%x, %t)
+        }""")
+    with pytest.raises(NotSeparable, match="input 'm'"):
+        analyze_batch_split(graph)
+
+
+def test_a_static_graph_has_no_batch_to_split() -> None:
+    with pytest.raises(NotSeparable, match="no input has a symbolic batch"):
+        analyze_batch_split(_graph("""
+            graph main(%x: f32[2, 4]) -> (%y: f32[2, 4]) {
+              %y = Relu(%x)
+            }"""))
+
+
+def test_inputs_without_the_batch_go_whole_to_every_block() -> None:
+    graph = _graph("""
+        graph main(%x: f32[N, 4], %bias: f32[4]) -> (%y: f32[N, 4], %b2: f32[4]) {
+          %y = Add(%x, %bias)
+          %b2 = Mul(%bias, %bias)
+        }""")
+    split = analyze_batch_split(graph)
+    assert split.inputs == ("x",) and split.batch_outputs == ("y",)
+    executor = ReferenceExecutor(graph)
+    feeds = {"x": np.arange(20, dtype=np.float32).reshape(5, 4),
+             "bias": np.array([1, 2, 3, 4], dtype=np.float32)}
+    blocks = run_in_blocks(feeds, split.inputs, split.batch_outputs,
+                           [(size, executor.run) for size in BLOCKS])
+    np.testing.assert_array_equal(blocks["y"], feeds["x"] + feeds["bias"])
+    np.testing.assert_array_equal(blocks["b2"], feeds["bias"] ** 2)
+
+
+@pytest.mark.parametrize("batch, sizes, expected", [
+    (33, [16, 1], [16, 16, 1]), (16, [16], [16]), (5, [4, 2, 1], [4, 1]),
+    (3, [4, 1], [1, 1, 1]), (7, [4, 2], None), (0, [4, 1], []),
+])
+def test_block_plans_use_the_largest_blocks_first(batch, sizes, expected) -> None:
+    assert plan_blocks(batch, sizes) == expected

@@ -1,0 +1,99 @@
+"""A model with a dynamic batch serves every batch size from at most two compilations.
+
+``ember.Module`` compiles the first batch size it sees; when the graph keeps its samples apart
+(``ember.passes.batch_split``), other sizes run block by block on that code plus a batch-1
+block compiled once.  The outputs are checked against ONNX Runtime at every size, and the
+compilations are counted from the module's log.  A model that mixes samples keeps compiling
+per batch size, and says why.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+
+ort = pytest.importorskip("onnxruntime")
+
+COMPILING = "compiling a specialization"
+
+
+def _mlp(softmax_axis: int = 1) -> onnx.ModelProto:
+    """x[N, 6] -> Gemm -> Relu -> Gemm -> Softmax; two outputs, one per sample row and one
+    that does not depend on the input (to check both kinds come back)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+             for name, shape in (("w1", (6, 16)), ("b1", (16,)), ("w2", (5, 16)), ("c", (3,)))]
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2"], ["z"], transB=1),
+             helper.make_node("Softmax", ["z"], ["y"], axis=softmax_axis),
+             helper.make_node("Mul", ["c", "c"], ["c2"])]
+    graph = helper.make_graph(
+        nodes, "dyn_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5]),
+         helper.make_tensor_value_info("c2", TensorProto.FLOAT, [3])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _check_sizes(module, proto: onnx.ModelProto, batches) -> None:
+    session = ort.InferenceSession(proto.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for batch in batches:
+        x = np.random.default_rng(batch).standard_normal((batch, 6)).astype(np.float32)
+        y, c2 = module(x)
+        want_y, want_c2 = session.run(None, {"x": x})
+        assert y.shape == (batch, 5)
+        np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"batch {batch}")
+        np.testing.assert_allclose(c2, want_c2, rtol=1e-6)
+
+
+def _compilations(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if COMPILING in r.getMessage()]
+
+
+def test_every_batch_size_runs_on_two_compilations(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="ember")
+    proto = _mlp()
+    module = ember.compile(proto)
+    assert module.batch_split is not None, module.batch_split_reason
+    _check_sizes(module, proto, [4, 1, 3, 9, 4, 2, 7, 33])
+    compiled = _compilations(caplog)
+    assert len(compiled) == 2, compiled
+    assert "x[4, 6]" in compiled[0] and "x[1, 6]" in compiled[1]
+
+
+def test_the_first_call_gets_its_own_specialization(caplog) -> None:
+    """A size already compiled, or the first one, runs as one call, not in blocks."""
+    caplog.set_level(logging.INFO, logger="ember")
+    proto = _mlp()
+    module = ember.compile(proto, input_shapes={"x": (8, 6)})
+    _check_sizes(module, proto, [8, 16, 8])  # 16 = two blocks of 8: nothing new to compile
+    assert len(_compilations(caplog)) == 1
+
+
+def test_a_model_that_mixes_samples_compiles_per_batch_size(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="ember")
+    proto = _mlp(softmax_axis=0)  # a softmax over the batch: blocks would be wrong
+    module = ember.compile(proto)
+    assert module.batch_split is None
+    assert "Softmax" in module.batch_split_reason and "axis 0" in module.batch_split_reason
+    _check_sizes(module, proto, [4, 3, 5])
+    assert len(_compilations(caplog)) == 3
+
+
+def test_dynamic_batch_can_be_turned_off(caplog, monkeypatch) -> None:
+    caplog.set_level(logging.INFO, logger="ember")
+    proto = _mlp()
+    module = ember.compile(proto, dynamic_batch=False)
+    assert module.batch_split is None
+    _check_sizes(module, proto, [2, 3])
+    monkeypatch.setenv("EMBER_DYNAMIC_BATCH", "0")
+    assert ember.compile(proto).batch_split is None
+    assert len(_compilations(caplog)) == 2
