@@ -35,6 +35,8 @@ from ember.core.dims import SymDim, exact_divide
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.ops.registry import get_op
+from ember.passes.batch_index import (IndexKind, gathers_own_rows, index_kind_of,
+                                      is_sample_range, slice_keeps_rows)
 
 
 class Kind(enum.Enum):
@@ -66,7 +68,7 @@ def analyze_batch_split(graph: Graph) -> BatchSplit:
     """The :class:`BatchSplit` of ``graph``, or :class:`NotSeparable` saying why not."""
     symbol = _batch_symbol(graph)
     known = _known_values(graph)
-    kinds: dict[str, Kind] = {name: Kind.STATIC for name in graph.constants}
+    kinds: dict[str, Kind | IndexKind] = {name: Kind.STATIC for name in graph.constants}
     batch_inputs = []
     for name in graph.inputs:
         vtype = _tensor_type(graph, name)
@@ -79,7 +81,7 @@ def analyze_batch_split(graph: Graph) -> BatchSplit:
         else:
             kinds[name] = Kind.STATIC
     for node in graph.nodes:
-        _visit(graph, node, kinds, symbol)
+        _visit(graph, node, kinds, known, symbol)
         for name in node.outputs:
             # a shape computation whose value is known and free of N (the sequence length
             # read from the input's shape, a Range over it) is the same for every block
@@ -89,7 +91,7 @@ def analyze_batch_split(graph: Graph) -> BatchSplit:
     batch_outputs = []
     for name in graph.outputs:
         kind = kinds.get(name, Kind.STATIC)
-        if kind is Kind.SIZE:
+        if kind is Kind.SIZE or isinstance(kind, IndexKind):
             raise NotSeparable(f"output '{name}' is computed from the batch size itself")
         if kind is Kind.BATCH:
             batch_outputs.append(name)
@@ -172,6 +174,7 @@ class _Use:
     attrs: dict
     kinds: list[Kind | None]  # per input; None for an empty optional input
     symbol: str
+    known: dict  # known values of shape computations (``infer_shapes``)
 
     def kind(self, index: int) -> Kind | None:
         return self.kinds[index] if index < len(self.kinds) else None
@@ -195,7 +198,7 @@ class _Use:
 Rule = Callable[[_Use], None]
 
 
-def _visit(graph: Graph, node: Node, kinds: dict[str, Kind], symbol: str) -> None:
+def _visit(graph: Graph, node: Node, kinds: dict, known: dict, symbol: str) -> None:
     if any(True for _ in node.subgraphs()):
         if any(kinds.get(n) not in (None, Kind.STATIC) for n in node.implicit_inputs()) or \
                 any(kinds.get(n, Kind.STATIC) is not Kind.STATIC for n in node.inputs if n):
@@ -206,12 +209,24 @@ def _visit(graph: Graph, node: Node, kinds: dict[str, Kind], symbol: str) -> Non
             if name:
                 kinds[name] = Kind.STATIC
         return
+    if any(isinstance(k, IndexKind) for k in input_kinds):
+        if not gathers_own_rows(graph, node, kinds, symbol):
+            kind = index_kind_of(graph, node, kinds, known, symbol)
+            if kind is None:
+                raise NotSeparable(f"node '{node.name}' ({node.op}) uses the index of each "
+                                   f"sample other than to read that sample's own rows")
+            kinds[node.outputs[0]] = kind
+            return
+        input_kinds = [Kind.BATCH, Kind.STATIC]  # the gather reads its own sample's rows
+    elif is_sample_range(node, kinds, known, symbol):
+        kinds[node.outputs[0]] = IndexKind.SAMPLE
+        return
     opdef = get_op(node.op)
     rule = RULES.get(node.op)
     if opdef is None or rule is None:
         raise NotSeparable(f"node '{node.name}' ({node.op}) reads batch data and is not known "
                            f"to keep samples apart")
-    use = _Use(graph, node, opdef.resolve_attrs(node), input_kinds, symbol)
+    use = _Use(graph, node, opdef.resolve_attrs(node), input_kinds, symbol, known)
     if Kind.SIZE in input_kinds and Kind.BATCH not in input_kinds and \
             node.op not in SHAPE_ARGUMENT_OPS:
         if node.op not in SIZE_OPS:
@@ -351,16 +366,18 @@ def _transpose(use: _Use) -> None:
 
 
 def _slice(use: _Use) -> None:
-    _data_batched(use)
-    starts = use.const(1)
-    axes = use.const(3)
-    if starts is None or (len(use.node.inputs) > 3 and use.node.inputs[3] and axes is None):
-        raise use.fail("has starts or axes that are not constants")
-    rank = use.rank(0)
-    axes_list = range(len(np.asarray(starts).reshape(-1))) if axes is None else \
-        [int(a) for a in np.asarray(axes).reshape(-1)]
-    if any(a % rank == 0 for a in axes_list):
-        raise use.fail("slices along the batch axis")
+    """Slices along other axes, or along the batch from 0 to its end (``x[:N]``, which
+    Dynamo writes for ``x[:, ...]``): the bounds may be the batch size itself."""
+    if use.kind(0) is not Kind.BATCH:
+        raise use.fail("reads batch data other than as its first input")
+    if any(k is Kind.BATCH for k in use.kinds[1:]):
+        raise use.fail("has slice bounds computed from batch data")
+    if not slice_keeps_rows(use.node, use.known, use.rank(0)):
+        raise use.fail("slices along the batch axis (or has starts, axes or steps that are "
+                       "not constants)")
+    out_type = _tensor_type(use.graph, use.node.outputs[0])
+    if out_type.shape[0] != _tensor_type(use.graph, use.node.inputs[0]).shape[0]:
+        raise use.fail("cuts samples off the batch")
 
 
 def _concat(use: _Use) -> None:
@@ -517,6 +534,7 @@ RULES: dict[str, Rule] = {
     "GlobalLpPool": _conv, "InstanceNormalization": _conv, "GroupNormalization": _conv,
     "LRN": _conv, "BatchNormalization": _batch_norm,
     "MatMul": _matmul, "Gemm": _gemm,
+    "GatherND": lambda use: None,  # only as the sample-index idiom, checked in _visit
     "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
 }
 for _name in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",

@@ -315,3 +315,29 @@ def test_sequence_length_baked_by_the_torchscript_exporter_is_named() -> None:
     (x,) = case.inputs(rng, EXPORT_SIZES[0], EXPORT_SIZES[1] + 4)
     with pytest.raises(ShapeError, match="Reshape"):
         module(x.numpy())
+
+
+def test_bert_compiled_with_dynamic_shapes_serves_every_batch_from_two_builds(caplog) -> None:
+    """transformers reads its padding mask as mask[arange(batch)[:, None, None, None], kv]:
+    the batch-split analysis follows that index (``ember/passes/batch_index.py``), so a new
+    batch size runs on the compiled blocks instead of compiling again."""
+    pytest.importorskip("transformers")
+    import logging
+
+    import torch._dynamo
+
+    caplog.set_level(logging.INFO, logger="ember")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = bert().eval()
+    compiled = torch.compile(model, backend="ember", dynamic=True)
+    rng = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for batch in (2, 3, 5, 2):
+            inputs = tokens_and_mask(rng, batch, EXPORT_SIZES[1])
+            np.testing.assert_allclose(compiled(*inputs).numpy(), model(*inputs).numpy(),
+                                       rtol=RTOL, atol=ATOL, err_msg=f"batch {batch}")
+    torch._dynamo.reset()
+    builds = [r.getMessage() for r in caplog.records
+              if "compiling a specialization" in r.getMessage()]
+    assert len(builds) == 2, builds

@@ -1,0 +1,145 @@
+"""The sample-index idiom of the batch-split analysis (``batch_split.py``).
+
+transformers builds its attention masks with index arithmetic over the batch: through
+``torch.export`` (and so ``torch.compile`` and the dynamo ONNX exporter) the padding mask is
+read as ``mask[arange(N)[:, None, None, None], kv_index]``, which becomes
+
+    i    = Range(0, N, 1)                       # the index of each sample
+    i4   = Unsqueeze(i) ...                     # [N, 1, 1, 1]
+    i4'  = Where(Less(i4, 0), Add(i4, N), i4)   # Python's negative-index wrap: never taken
+    idx  = Concat(Expand(i4'), kv, axis=-1)     # (sample, kv) pairs
+    out  = GatherND(mask, idx)                  # mask[i, kv] for the rows of sample i
+
+Every sample reads only its own row of ``mask``, so blocks are fine -- but the values of ``i``
+follow the global sample number, so the general rules refuse Range(0, N).  The kinds here
+follow such an index exactly: ``SAMPLE`` (every element of row ``i`` is ``i``), ``FALSE`` (a
+comparison that cannot hold, since ``0 <= i``), ``UNUSED`` (arithmetic on ``i`` that only the
+never-taken branch of a Where reads) and ``SAMPLE_TUPLE`` (index tuples whose first component
+is ``SAMPLE``).  In a block the indices count from 0 within the block, and the block's rows of
+the data are exactly the rows they address.  Any other use of these values is refused.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from ember.core.dims import SymDim
+from ember.ir.graph import Graph, Node
+from ember.ir.types import TensorType
+
+
+class IndexKind(enum.Enum):
+    SAMPLE = "sample"
+    FALSE = "false"
+    UNUSED = "unused"
+    SAMPLE_TUPLE = "sample tuple"
+
+
+# Ops that carry a sample index along unchanged, row by row (their other inputs are shapes).
+_ROW_PRESERVING = frozenset({"Unsqueeze", "Identity", "Cast", "Expand", "Reshape"})
+_ARITHMETIC = frozenset({"Add", "Sub", "Mul"})
+
+
+def is_sample_range(node: Node, kinds: dict, known: dict, symbol: str) -> bool:
+    """``Range(0, N, 1)`` with ``N`` the batch symbol itself."""
+    if node.op != "Range" or len(node.inputs) != 3:
+        return False
+    start, limit, delta = (known.get(name) for name in node.inputs)
+    if start is None or delta is None or limit is None:
+        return False
+    limit = np.asarray(limit, dtype=object).reshape(-1)
+    return _is_int(start, 0) and _is_int(delta, 1) and limit.size == 1 and \
+        isinstance(limit[0], SymDim) and limit[0] == SymDim(((((symbol,), 1),)))
+
+
+def _is_int(value: object, expected: int) -> bool:
+    flat = np.asarray(value, dtype=object).reshape(-1)
+    return flat.size == 1 and isinstance(flat[0], (int, np.integer)) and int(flat[0]) == expected
+
+
+def slice_keeps_rows(node: Node, known: dict, rank: int) -> bool:
+    """Whether ``Slice`` leaves axis 0 whole or cuts it only at its end: starts, axes and
+    steps known, and on axis 0 a start of 0 and a step of 1 (the caller checks the output
+    still has ``N`` rows, which rules out an end short of ``N``)."""
+    def values(index: int) -> list | None:
+        if index >= len(node.inputs) or not node.inputs[index]:
+            return []
+        value = known.get(node.inputs[index])
+        return None if value is None else list(np.asarray(value, dtype=object).reshape(-1))
+
+    starts, axes, steps = values(1), values(3), values(4)
+    if starts is None or axes is None or steps is None:
+        return False
+    axes = axes or list(range(len(starts)))
+    steps = steps or [1] * len(starts)
+    for position, axis in enumerate(axes):
+        if not isinstance(axis, (int, np.integer)):
+            return False
+        if int(axis) % rank == 0:
+            start, step = starts[position], steps[position]
+            if not (_is_int(start, 0) and _is_int(step, 1)):
+                return False
+    return True
+
+
+def index_kind_of(graph: Graph, node: Node, kinds: dict, known: dict,
+                  symbol: str) -> IndexKind | None:
+    """The kind of ``node``'s output when it continues the idiom, or None (refused).
+
+    ``kinds`` maps values to a ``batch_split.Kind`` or an :class:`IndexKind`; only the
+    names of the former are needed here ("static", "batch", "size").
+    """
+    kind_names = [_name(kinds.get(n)) if n else None for n in node.inputs]
+    out_type = graph.types.get(node.outputs[0]) if node.outputs else None
+    if not isinstance(out_type, TensorType) or out_type.shape is None:
+        return None
+    batch_first = bool(out_type.shape) and isinstance(out_type.shape[0], SymDim) and \
+        out_type.shape[0] == SymDim(((((symbol,), 1),)))
+    others_plain = all(k in (None, "static", "size") for k in kind_names[1:])
+    if node.op in _ROW_PRESERVING and kind_names[0] == "sample" and others_plain and \
+            batch_first and len(node.outputs) == 1:
+        return IndexKind.SAMPLE
+    if node.op == "Slice" and kind_names[0] == "sample" and others_plain and batch_first:
+        in_type = graph.types.get(node.inputs[0])
+        if isinstance(in_type, TensorType) and in_type.shape and \
+                slice_keeps_rows(node, known, len(in_type.shape)):
+            return IndexKind.SAMPLE
+        return None
+    if node.op == "Less" and kind_names == ["sample", "static"]:
+        bound = known.get(node.inputs[1])
+        if bound is not None and all(isinstance(v, (int, np.integer)) and v <= 0
+                                     for v in np.asarray(bound, dtype=object).reshape(-1)):
+            return IndexKind.FALSE
+        return None
+    if node.op in _ARITHMETIC and "sample" in kind_names and \
+            all(k in ("sample", "static", "size") for k in kind_names):
+        return IndexKind.UNUSED
+    if node.op == "Where" and kind_names[0] == "false" and kind_names[2] == "sample" and \
+            graph.types.get(node.inputs[2]) == out_type:
+        return IndexKind.SAMPLE
+    if node.op == "Concat" and kind_names[0] == "sample" and \
+            all(k in ("static", "batch") for k in kind_names[1:]) and batch_first:
+        rank = len(out_type.shape)
+        first = graph.types.get(node.inputs[0])
+        axis = int(node.attrs.get("axis", 0)) % rank
+        if axis == rank - 1 and isinstance(first, TensorType) and first.shape[-1] == 1:
+            return IndexKind.SAMPLE_TUPLE
+    return None
+
+
+def gathers_own_rows(graph: Graph, node: Node, kinds: dict, symbol: str) -> bool:
+    """``GatherND(data, tuples)``: data whose rows are the samples, indexed by tuples that
+    start with the sample's own index."""
+    if node.op != "GatherND" or len(node.inputs) != 2 or int(node.attrs.get("batch_dims", 0)):
+        return False
+    data = graph.types.get(node.inputs[0])
+    return _name(kinds.get(node.inputs[0])) == "batch" and \
+        kinds.get(node.inputs[1]) is IndexKind.SAMPLE_TUPLE and \
+        isinstance(data, TensorType) and bool(data.shape) and \
+        data.shape[0] == SymDim(((((symbol,), 1),)))
+
+
+def _name(kind: object) -> str | None:
+    return None if kind is None else getattr(kind, "value", None)
