@@ -221,18 +221,22 @@ def _in_threads(count: int, work) -> list:
     return results
 
 
-def test_concurrent_first_calls_compile_a_shape_once(counted_builds):
-    module = ember.compile(DYNAMIC)
+@pytest.mark.parametrize("dynamic_batch", [False, True])
+def test_concurrent_first_calls_compile_a_shape_once(counted_builds, dynamic_batch):
+    module = ember.compile(DYNAMIC, dynamic_batch=dynamic_batch)
     inputs = [RNG.standard_normal((4, 3)).astype(np.float32) for _ in range(4)]
     results = _in_threads(4, lambda i: module(inputs[i]))
     for x, result in zip(inputs, results):
         assert isinstance(result, np.ndarray), result
         np.testing.assert_array_equal(result, np.maximum(x, 0))
     assert counted_builds == [{"x": (4, 3)}]
-    # two new shapes at once: one build each
+    # two new shapes at once: one build each, or, in blocks, one batch-1 build for both
     results = _in_threads(4, lambda i: module(inputs[i][: 1 + i % 2]))
     assert all(isinstance(r, np.ndarray) for r in results), results
-    assert sorted(c["x"] for c in counted_builds[1:]) == [(1, 3), (2, 3)]
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result, np.maximum(inputs[i][: 1 + i % 2], 0))
+    expected = [(1, 3)] if dynamic_batch else [(1, 3), (2, 3)]
+    assert sorted(c["x"] for c in counted_builds[1:]) == expected
 
 
 def test_a_failed_compile_fails_every_waiting_call_and_is_retried(counted_builds, monkeypatch):
