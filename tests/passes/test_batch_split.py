@@ -109,7 +109,7 @@ SEPARABLE = {
 }
 
 # transformers' padding-mask idiom through torch.export: mask[arange(N)[:, None, None], kv]
-SEPARABLE["sample_index_gather"] = """
+SAMPLE_INDEX = """
         graph main(%mask: i64[N, 3]) -> (%y: i64[N, 1, 3]) {
           const %zero: i64[] = 0
           const %one: i64[] = 1
@@ -135,6 +135,7 @@ SEPARABLE["sample_index_gather"] = """
           %g = GatherND(%mask, %pairs)
           %y = Unsqueeze(%g, %ax1)
         }"""
+SEPARABLE["sample_index_gather"] = SAMPLE_INDEX
 
 # graph, the op that mixes samples (named in the reason)
 MIXING = {
@@ -189,33 +190,6 @@ MIXING = {
           %col = Unsqueeze(%f, %axes)
           %y = Add(%x, %col)
         }""", "Add"),
-    "the_previous_sample_read": ("""
-        graph main(%mask: i64[N, 3]) -> (%y: i64[N, 1, 3]) {
-          const %zero: i64[] = 0
-          const %one: i64[] = 1
-          const %ax1: i64[1] = [1]
-          const %ax2: i64[1] = [2]
-          const %ax0: i64[1] = [0]
-          const %three: i64[1] = [3]
-          const %one1: i64[1] = [1]
-          const %kv: i64[1, 3, 1] = [[[0], [2], [1]]]
-          %shape = Shape(%mask)
-          %n = Gather(%shape, %zero)
-          %i = Range(%zero, %n, %one)
-          %i2 = Unsqueeze(%i, %ax1)
-          %i3 = Unsqueeze(%i2, %ax2)
-          %neg = Less(%i3, %zero)
-          %wrapped = Add(%i3, %n)
-          %idx0 = Where(%neg, %wrapped, %i3)
-          %idx = Sub(%idx0, %one)
-          %n1 = Unsqueeze(%n, %ax0)
-          %shape3 = Concat(%n1, %three, %one1) {axis=0}
-          %rows = Expand(%idx, %shape3)
-          %kvs = Expand(%kv, %shape3)
-          %pairs = Concat(%rows, %kvs) {axis=-1}
-          %g = GatherND(%mask, %pairs)
-          %y = Unsqueeze(%g, %ax1)
-        }""", "Expand"),
     "max_pool_indices": ("""
         graph main(%x: f32[N, 1, 2, 2]) -> (%y: f32[N, 1, 1, 1], %i: i64[N, 1, 1, 1]) {
           %y, %i = MaxPool(%x) {kernel_shape=[2, 2]}
@@ -226,6 +200,12 @@ MIXING = {
           %s = Shape(%x)
         }""", "output 's'"),
 }
+
+
+# the same idiom reading the row of the previous sample (index i - 1) instead
+MIXING["the_previous_sample_read"] = (SAMPLE_INDEX.replace(
+    "%idx = Where(%neg, %wrapped, %i3)",
+    "%idx0 = Where(%neg, %wrapped, %i3)\n          %idx = Sub(%idx0, %one)"), "Expand")
 
 
 def _graph(text: str):
