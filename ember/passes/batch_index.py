@@ -25,7 +25,7 @@ import enum
 
 import numpy as np
 
-from ember.core.dims import SymDim
+from ember.core.dims import SymDim, sym
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 
@@ -40,6 +40,7 @@ class IndexKind(enum.Enum):
 # Ops that carry a sample index along unchanged, row by row (their other inputs are shapes).
 _ROW_PRESERVING = frozenset({"Unsqueeze", "Identity", "Cast", "Expand", "Reshape"})
 _ARITHMETIC = frozenset({"Add", "Sub", "Mul"})
+_WIDE_INTEGERS = (6, 7)  # ONNX INT32, INT64
 
 
 def is_sample_range(node: Node, kinds: dict, known: dict, symbol: str) -> bool:
@@ -51,7 +52,7 @@ def is_sample_range(node: Node, kinds: dict, known: dict, symbol: str) -> bool:
         return False
     limit = np.asarray(limit, dtype=object).reshape(-1)
     return _is_int(start, 0) and _is_int(delta, 1) and limit.size == 1 and \
-        isinstance(limit[0], SymDim) and limit[0] == SymDim(((((symbol,), 1),)))
+        isinstance(limit[0], SymDim) and limit[0] == sym(symbol)
 
 
 def _is_int(value: object, expected: int) -> bool:
@@ -96,10 +97,13 @@ def index_kind_of(graph: Graph, node: Node, kinds: dict, known: dict,
     if not isinstance(out_type, TensorType) or out_type.shape is None:
         return None
     batch_first = bool(out_type.shape) and isinstance(out_type.shape[0], SymDim) and \
-        out_type.shape[0] == SymDim(((((symbol,), 1),)))
+        out_type.shape[0] == sym(symbol)
     others_plain = all(k in (None, "static", "size") for k in kind_names[1:])
     if node.op in _ROW_PRESERVING and kind_names[0] == "sample" and others_plain and \
             batch_first and len(node.outputs) == 1:
+        # a cast to a narrower or float type would not hold every index exactly
+        if node.op == "Cast" and int(node.attrs.get("to", 0)) not in _WIDE_INTEGERS:
+            return None
         return IndexKind.SAMPLE
     if node.op == "Slice" and kind_names[0] == "sample" and others_plain and batch_first:
         in_type = graph.types.get(node.inputs[0])
@@ -138,7 +142,7 @@ def gathers_own_rows(graph: Graph, node: Node, kinds: dict, symbol: str) -> bool
     return _name(kinds.get(node.inputs[0])) == "batch" and \
         kinds.get(node.inputs[1]) is IndexKind.SAMPLE_TUPLE and \
         isinstance(data, TensorType) and bool(data.shape) and \
-        data.shape[0] == SymDim(((((symbol,), 1),)))
+        data.shape[0] == sym(symbol)
 
 
 def _name(kind: object) -> str | None:

@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from ember.core.dims import SymDim, exact_divide
+from ember.core.dims import SymDim, exact_divide, sym
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.ops.registry import get_op
@@ -156,7 +156,7 @@ def _batch_factor(vtype: TensorType, symbol: str) -> object | None:
     first = vtype.shape[0]
     if not isinstance(first, SymDim):
         return None
-    k = exact_divide(first, SymDim(((((symbol,), 1),))))
+    k = exact_divide(first, sym(symbol))
     if k is None or (isinstance(k, SymDim) and symbol in k.symbols) or k == 0:
         return None
     if any(isinstance(d, SymDim) and symbol in d.symbols for d in vtype.shape[1:]):
@@ -209,6 +209,7 @@ def _visit(graph: Graph, node: Node, kinds: dict, known: dict, symbol: str) -> N
             if name:
                 kinds[name] = Kind.STATIC
         return
+    own_rows = False  # a GatherND of each sample's own rows (the sample-index idiom)
     if any(isinstance(k, IndexKind) for k in input_kinds):
         if not gathers_own_rows(graph, node, kinds, symbol):
             kind = index_kind_of(graph, node, kinds, known, symbol)
@@ -217,7 +218,8 @@ def _visit(graph: Graph, node: Node, kinds: dict, known: dict, symbol: str) -> N
                                    f"sample other than to read that sample's own rows")
             kinds[node.outputs[0]] = kind
             return
-        input_kinds = [Kind.BATCH, Kind.STATIC]  # the gather reads its own sample's rows
+        own_rows = True
+        input_kinds = [Kind.BATCH, Kind.STATIC]
     elif is_sample_range(node, kinds, known, symbol):
         kinds[node.outputs[0]] = IndexKind.SAMPLE
         return
@@ -237,7 +239,8 @@ def _visit(graph: Graph, node: Node, kinds: dict, known: dict, symbol: str) -> N
                     raise use.fail("makes a tensor whose size and values follow the batch size")
                 kinds[name] = Kind.SIZE
         return
-    rule(use)
+    if not own_rows:
+        rule(use)
     for name in node.outputs:
         if not name:
             continue
@@ -399,6 +402,15 @@ def _gather(use: _Use) -> None:
     raise use.fail("indexes batch data with batch data")
 
 
+def _gather_nd(use: _Use) -> None:
+    """A lookup per sample: constant data indexed by batch data (each tuple addresses the
+    data, not the batch).  Batch data indexed by tuples is only the sample-index idiom,
+    which ``_visit`` recognizes before any rule."""
+    if use.kind(0) is not Kind.STATIC or use.kind(1) is not Kind.BATCH or \
+            int(use.attrs.get("batch_dims", 0)):
+        raise use.fail("indexes batch data along the batch axis")
+
+
 def _gather_elements(use: _Use) -> None:
     if use.kind(0) is not Kind.BATCH or use.kind(1) is not Kind.BATCH:
         raise use.fail("needs batch data and batch indices")
@@ -534,7 +546,7 @@ RULES: dict[str, Rule] = {
     "GlobalLpPool": _conv, "InstanceNormalization": _conv, "GroupNormalization": _conv,
     "LRN": _conv, "BatchNormalization": _batch_norm,
     "MatMul": _matmul, "Gemm": _gemm,
-    "GatherND": lambda use: None,  # only as the sample-index idiom, checked in _visit
+    "GatherND": _gather_nd,
     "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
 }
 for _name in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",

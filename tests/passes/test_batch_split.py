@@ -189,7 +189,18 @@ MIXING = {
           %f = Cast(%i) {to=1}
           %col = Unsqueeze(%f, %axes)
           %y = Add(%x, %col)
-        }""", "Add"),
+        }""", "Cast"),
+    "rows_picked_by_batch_indices": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
+          const %starts: i64[1] = [0]
+          const %ends: i64[1] = [1]
+          const %axes: i64[1] = [1]
+          const %nothing: f32[] = 0.0
+          %first = Slice(%x, %starts, %ends, %axes)
+          %zeros = Mul(%first, %nothing)
+          %rows = Cast(%zeros) {to=7}
+          %y = GatherND(%x, %rows)
+        }""", "GatherND"),
     "max_pool_indices": ("""
         graph main(%x: f32[N, 1, 2, 2]) -> (%y: f32[N, 1, 1, 1], %i: i64[N, 1, 1, 1]) {
           %y, %i = MaxPool(%x) {kernel_shape=[2, 2]}
