@@ -211,17 +211,14 @@ class Module:
             return plan[1]._run(arrays)  # bound and checked above
         split = self.batch_split
         assert split is not None
-        runners = {size: variant[1]._run for size, variant in plan.items()}
-        order = plan_blocks(arrays[split.inputs[0]].shape[0], list(plan))
-        assert order is not None
         return run_in_blocks(arrays, split.inputs, split.batch_outputs,
-                             [(size, runners[size]) for size in order])
+                             [(size, variant[1]._run) for size, variant in plan])
 
     def _bind(self, feeds: Mapping[str, Any], blocks: bool = False
               ) -> tuple[dict[str, np.ndarray], Any]:
         """The checked input arrays, and the variant compiled for their shapes; with
-        ``blocks``, a batch the compiled blocks serve gives instead a dict block size ->
-        variant (see :meth:`_block_plan`)."""
+        ``blocks``, a batch the compiled blocks serve gives instead the list of (block size,
+        variant) that covers it, in order (see :meth:`_block_plan`)."""
         from ember.interp.reference import check_inputs
 
         # Arrays of dtypes and shapes seen before go straight to their variant, whose runtime
@@ -247,32 +244,32 @@ class Module:
         return arrays, variant
 
     def _block_plan(self, shapes: dict[str, tuple[int, ...]]
-                    ) -> dict[int, tuple[Build, CompiledModel]] | None:
-        """The variants (by block size) that serve this batch, when it is not one already
-        compiled or the first one seen (those run as one specialization)."""
+                    ) -> list[tuple[int, tuple[Build, CompiledModel]]] | None:
+        """The blocks (size, variant) that serve this batch, in order; None when it runs as
+        one specialization: the first batch size seen, one already compiled, or 0."""
         split = self.batch_split
         assert split is not None
         batch = shapes[split.inputs[0]][0]
-        if any(shapes[name][0] != batch for name in split.inputs):
+        if batch == 0 or any(shapes[name][0] != batch for name in split.inputs):
             return None  # inputs that disagree on the batch: the compiler reports it
         others = tuple(sorted((name, shape[1:] if name in split.inputs else shape)
                               for name, shape in shapes.items()))
         with self._variants_lock:
             sizes = self._block_sizes.setdefault(others, set())
             known = set(sizes)
-            if batch == 0 or batch in known or not known:
+            if batch in known or not known:
                 sizes.add(batch)
                 return None
-        if plan_blocks(batch, list(known)) is None:
+        order = plan_blocks(batch, known)
+        if order is None:
             LOG.info("ember: %s: compiling a batch-1 block, so that every batch size runs "
                      "on the compiled blocks %s and 1", self.graph.name, sorted(known))
-            known.add(1)
-        order = plan_blocks(batch, list(known))
-        assert order is not None
+            order = plan_blocks(batch, known | {1})
+            assert order is not None
         variants = {size: self._variant(self._with_batch(shapes, size)) for size in set(order)}
         with self._variants_lock:
             sizes.update(variants)
-        return variants
+        return [(size, variants[size]) for size in order]
 
     def _with_batch(self, shapes: dict[str, tuple[int, ...]],
                     size: int) -> dict[str, tuple[int, ...]]:

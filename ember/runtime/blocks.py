@@ -10,14 +10,14 @@ every block and are taken from the first.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
 BlockRunner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
-def plan_blocks(batch: int, sizes: Sequence[int]) -> list[int] | None:
+def plan_blocks(batch: int, sizes: Collection[int]) -> list[int] | None:
     """The block sizes, largest first, that add up to ``batch`` using only ``sizes``
     (greedy: few calls, the biggest blocks); None when ``sizes`` cannot (no block of 1)."""
     plan, rest = [], batch
