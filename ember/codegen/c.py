@@ -25,7 +25,9 @@ The C ABI of a generated module:
 * storage types: f32 ``float``, f64 ``double``, f16/bf16 ``uint16_t`` (IEEE binary16 /
   bfloat16 bits), iN ``intN_t``, uN ``uintN_t``, bool ``uint8_t`` (0/1; any non-zero reads true);
 * global buffers are assumed aligned to ``Buffer.align`` bytes (``__builtin_assume_aligned``),
-  and distinct buffer parameters must not overlap (``restrict``; a PrimFunc attr
+  except the parameters listed by the PrimFunc attr ``("element_aligned", (positions...))``,
+  which may sit at any address their element type allows (a model's inputs: a caller's array
+  is used where it lies, not copied to an aligned one); distinct buffer parameters must not overlap (``restrict``; a PrimFunc attr
   ``("noalias", False)`` drops it);
 * exported ``void ember_set_num_threads(int n)`` (n <= 0: OpenMP's default) and
   ``int ember_get_num_threads(void)`` (1 without OpenMP) control PARALLEL loops;
@@ -327,7 +329,8 @@ class _KernelEmitter:
         used = {n for n in nodes if isinstance(n, Var)}
         restrict = " restrict" if func.attr("noalias", True) else ""
         params, prologue = [], []
-        for p in func.params:
+        element_aligned = set(func.attr("element_aligned", ()))
+        for position, p in enumerate(func.params):
             if p in self.vars or p in self.buffers:
                 raise CodegenError(f"parameter '{p.name}' of '{func.name}' appears twice")
             name = self.names.fresh(p.name)
@@ -335,7 +338,8 @@ class _KernelEmitter:
                 self.buffers[p] = name
                 const = "" if p in written else "const "
                 params.append(f"{const}{storage_ctype(p.dtype)}*{restrict} {name}")
-                if p.align > p.dtype.itemsize and p.align & (p.align - 1) == 0:
+                if p.align > p.dtype.itemsize and p.align & (p.align - 1) == 0 and \
+                        position not in element_aligned:
                     prologue.append(f"{name} = __builtin_assume_aligned({name}, {p.align});")
                 if p not in used_buffers:
                     prologue.append(f"(void){name};")

@@ -22,7 +22,8 @@ entry point, and the runtime says profiling is not supported.
 The library also describes itself: ``ember_signature()`` returns a JSON text of the input,
 output and fallback-node buffers (dtypes and shapes), of the workspace and weights sizes, of
 the offset, dtype and shape of every constant it reads from the weights blob and of the
-number of steps (the length of ``step_seconds``), so that a loader can refuse a manifest
+number of steps (the length of ``step_seconds``) and of the alignment it needs of input
+pointers (``input_alignment``), so that a loader can refuse a manifest
 that does not match the code.  It holds numbers and
 dtype names only: no text from the model reaches the generated source except through
 :mod:`ember.codegen.c_names` (node names appear in comments, sanitized by ``c_comment``).
@@ -47,6 +48,12 @@ ABI_VERSION = 1
 
 STATUS_HOST_FAILED = 1
 STATUS_INDEX_OUT_OF_RANGE = 2
+
+# The alignment, in bytes, that the library's code assumes of an input pointer beyond the
+# alignment of its element type (1: none).  Kernels promise 64-byte alignment of workspace
+# and weights only (see ``pipeline._element_aligned_inputs``), so a caller's array is read
+# where it lies.
+INPUT_ALIGNMENT = 1
 
 
 def status_code(node_index: int, reason: int) -> int:
@@ -135,7 +142,7 @@ def signature(g: Graph, steps: list[EntryStep], workspace_size: int, weights_siz
     return {"abi": ABI_VERSION, "inputs": specs(list(g.inputs)),
             "outputs": specs(list(g.outputs)), "workspace_size": int(workspace_size),
             "weights_size": int(weights_size), "weights": weights, "host_nodes": host_nodes,
-            "steps": len(steps)}
+            "steps": len(steps), "input_alignment": INPUT_ALIGNMENT}
 
 
 # A signature is numbers, dtype names and JSON punctuation; nothing that could end a C string.

@@ -84,6 +84,7 @@ class CompiledModel:
             self._checks.setdefault(check.node_index, []).append(check)
         self._lock = threading.Lock()
         self._steps: int | None = None  # from the signature; None: cannot be profiled
+        self._input_alignment = ALIGNMENT  # what the library's code assumes (its signature)
         self._lib = self._load_library(artifact)
         self._weights = self._load_weights(artifact)
         self._host_nodes = self._resolve_host_nodes(host_resolver)
@@ -152,6 +153,7 @@ class CompiledModel:
             lib.ember_run_profiled.restype = ctypes.c_int32
             lib.ember_run_profiled.argtypes = [*run_arguments, ctypes.c_void_p]
             self._steps = signature.steps
+        self._input_alignment = signature.input_alignment
         if hasattr(lib, "ember_set_num_threads"):
             lib.ember_set_num_threads.argtypes = [ctypes.c_int32]
         return lib
@@ -271,15 +273,16 @@ class CompiledModel:
             raise self._status_error(status, error)
 
     def _input_array(self, spec: TensorSpec, value: Any) -> np.ndarray:
-        # the common case first: an exact, contiguous, aligned array is passed as it is
+        # the common case first: an exact, contiguous array aligned as the code assumes is
+        # passed as it is (libraries from before ``input_alignment`` assume 64 bytes)
         if type(value) is np.ndarray and value.dtype == self._input_dtypes[spec.name] and \
                 value.shape == spec.shape and value.flags.c_contiguous and \
-                value.ctypes.data % ALIGNMENT == 0:
+                value.flags.aligned and value.ctypes.data % self._input_alignment == 0:
             return value
         dtype = numpy_dtype(spec.dtype)
         array = as_array(spec.name, value, spec.describe())
         check_array(spec.name, array, dtype, spec.shape)
-        return _aligned_like(np.ascontiguousarray(array))
+        return _aligned_like(np.ascontiguousarray(array), self._input_alignment)
 
     def _status_error(self, status: int, host_error: BaseException | None) -> BaseException:
         node_index, code = divmod(status, 256)
@@ -352,8 +355,10 @@ def _aligned_array(spec: TensorSpec) -> np.ndarray:
     return aligned_empty(spec.nbytes).view(dtype).reshape(spec.shape)
 
 
-def _aligned_like(array: np.ndarray) -> np.ndarray:
-    if array.nbytes == 0 or array.ctypes.data % ALIGNMENT == 0:
+def _aligned_like(array: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:
+    """``array``, or a 64-byte aligned copy of it when its data is not aligned to
+    ``alignment`` bytes or to its element type."""
+    if array.nbytes == 0 or (array.flags.aligned and array.ctypes.data % alignment == 0):
         return array
     copy = aligned_empty(array.nbytes).view(array.dtype).reshape(array.shape)
     np.copyto(copy, array)

@@ -7,11 +7,14 @@ numbers and element type names only::
      "workspace_size": N, "weights_size": M,
      "weights": [{"offset": 0, "dtype": "float32", "shape": [3]}, ...],   (offset order)
      "host_nodes": [{"index": i, "inputs": [...], "outputs": [...]}],
-     "steps": S}
+     "steps": S, "input_alignment": A}
 
 ``steps`` -- the number of steps, i.e. the length of the ``step_seconds`` array that
 ``ember_run_profiled`` writes -- came later within ABI 1: a library without it (or without
-``ember_run_profiled``) runs as before but cannot be profiled.
+``ember_run_profiled``) runs as before but cannot be profiled.  So did ``input_alignment``,
+the bytes of alignment the code assumes of an input pointer (beyond its element type's): a
+library without it assumes :data:`LEGACY_INPUT_ALIGNMENT`, and the runtime copies an input
+that is not aligned so.
 
 The runtime sizes every buffer it hands to ``ember_run`` (inputs, outputs, weights, workspace,
 the views a host callback gets) from the manifest.  A manifest that says more or less than the
@@ -37,6 +40,9 @@ MAX_SIGNATURE_BYTES = 64 << 20
 # More steps than this is no model ember builds: a bound on the timing array the runtime
 # allocates from the library's word.
 MAX_STEPS = 1 << 24
+# What libraries from before ``input_alignment`` assume of every input pointer.
+LEGACY_INPUT_ALIGNMENT = 64
+MAX_INPUT_ALIGNMENT = 4096
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ class Signature:
     weights: tuple[tuple[int, TensorSpec], ...]  # (offset, spec) of every constant read
     host_nodes: tuple[HostNodeSignature, ...]
     steps: int | None = None  # None: a library from before ember_run_profiled
+    input_alignment: int = LEGACY_INPUT_ALIGNMENT
 
 
 def parse_signature(text: bytes, source: str) -> Signature:
@@ -102,10 +109,18 @@ def _parse(data: object) -> Signature:
             raise SchemaError("steps", f"must be an integer in [0, {MAX_STEPS}]")
         if any(node.index >= steps for node in host_nodes):
             raise SchemaError("steps", "must exceed the index of every host node")
+    input_alignment = LEGACY_INPUT_ALIGNMENT
+    if "input_alignment" in data:
+        input_alignment = data["input_alignment"]
+        if not isinstance(input_alignment, int) or isinstance(input_alignment, bool) or \
+                not 1 <= input_alignment <= MAX_INPUT_ALIGNMENT or \
+                input_alignment & (input_alignment - 1):
+            raise SchemaError("input_alignment", f"must be a power of two in [1, "
+                                                 f"{MAX_INPUT_ALIGNMENT}]")
     return Signature(abi, _specs(data["inputs"], "inputs"), _specs(data["outputs"], "outputs"),
                      _size(data["workspace_size"], "workspace_size"),
                      _size(data["weights_size"], "weights_size"), tuple(weights),
-                     tuple(host_nodes), steps)
+                     tuple(host_nodes), steps, input_alignment)
 
 
 def _list(value: object, where: str) -> list:
