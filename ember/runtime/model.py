@@ -48,9 +48,11 @@ HostFunction = Callable[[list[np.ndarray]], list[np.ndarray]]
 HostResolver = Callable[[HostNodeEntry], HostFunction]
 
 
-def aligned_empty(nbytes: int) -> np.ndarray:
-    """A zeroed uint8 array of ``nbytes`` whose data pointer is 64-byte aligned."""
-    raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
+def aligned_empty(nbytes: int, zeroed: bool = True) -> np.ndarray:
+    """A uint8 array of ``nbytes`` whose data pointer is 64-byte aligned, zeroed unless
+    ``zeroed`` is False (for a buffer that is written whole before anyone reads it: an
+    output, which zeroing would clear with a memset of its whole size on every call)."""
+    raw = (np.zeros if zeroed else np.empty)(nbytes + ALIGNMENT, dtype=np.uint8)
     offset = (-raw.__array_interface__["data"][0]) % ALIGNMENT
     return raw[offset:offset + nbytes]
 
@@ -352,7 +354,9 @@ def _view(pointer: int | None, spec: TensorSpec) -> np.ndarray:
 
 def _aligned_array(spec: TensorSpec) -> np.ndarray:
     dtype = numpy_dtype(spec.dtype)
-    return aligned_empty(spec.nbytes).view(dtype).reshape(spec.shape)
+    # every output is written whole by ember_run before the caller sees it (a failed run
+    # raises instead of returning its outputs)
+    return aligned_empty(spec.nbytes, zeroed=False).view(dtype).reshape(spec.shape)
 
 
 def _aligned_like(array: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:
@@ -360,7 +364,7 @@ def _aligned_like(array: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:
     ``alignment`` bytes or to its element type."""
     if array.nbytes == 0 or (array.flags.aligned and array.ctypes.data % alignment == 0):
         return array
-    copy = aligned_empty(array.nbytes).view(array.dtype).reshape(array.shape)
+    copy = aligned_empty(array.nbytes, zeroed=False).view(array.dtype).reshape(array.shape)
     np.copyto(copy, array)
     return copy
 
