@@ -86,6 +86,10 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
                         help="let ONNX Runtime's idle workers spin after each run, its default "
                              "(default: they stop when a run returns, so that they do not take "
                              "a core from the contender timed next; see benchmarks/README.md)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="prepare and time every contender in this one process (default: "
+                             "each in a worker process of its own, as deployed, still timed in "
+                             "interleaved rounds)")
     parser.add_argument("--ops", action="store_true",
                         help="instead of whole models, benchmark every distinct Conv / "
                              "ConvTranspose / MatMul / Gemm configuration of the selected "
@@ -147,7 +151,8 @@ def run_bench_command(args: argparse.Namespace, console: Console) -> int:
         size="tiny" if args.quick else "full", rtol=args.rtol, atol=args.atol,
         budget_seconds=args.budget if args.budget > 0 else None, cache_dir=args.cache_dir,
         refresh_exports=args.refresh_exports, cold_compile=args.cold_compile,
-        ort_spin=args.ort_spin, traceback=getattr(args, "traceback", False))
+        ort_spin=args.ort_spin, traceback=getattr(args, "traceback", False),
+        isolate=not args.in_process)
     exporters = list(EXPORTERS) if args.exporter == "both" else [args.exporter]
     batches = args.batch or ([1] if args.quick else [1, 16])
     names = args.models or (list(QUICK_MODELS) if args.quick else list(ZOO))

@@ -66,6 +66,8 @@ def _noise(row: dict[str, ContenderResult]) -> str:
 def render_table(results: Sequence[CaseResult], peers: Sequence[Peer], settings: Settings,
                  exporters: Sequence[str]) -> Table:
     title = (f"ember bench — {settings.threads} thread(s), fp32, median ms per call"
+             + (", each contender in its own process" if settings.isolate else
+                ", all contenders in one process")
              + (", tiny sizes (--quick)" if settings.size == "tiny" else ""))
     table = Table(title=title, title_justify="left")
     table.add_column("model", no_wrap=True)

@@ -15,14 +15,16 @@ from __future__ import annotations
 import gc
 import time
 import traceback
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ember.bench.export import ExportRecord, export_model
+from ember.bench.isolation import IsolatedContender, Recipe, WorkerError, limit_blas_threads
 from ember.bench.peers import Peer, Prepared, Workload
 from ember.bench.timing import Agreement, Series, compare_outputs, measure_interleaved
-from ember.bench.zoo import BuiltModel, ZooEntry
+from ember.bench.zoo import ZOO, BuiltModel, ZooEntry
 
 Log = Callable[[str], None]
 
@@ -42,6 +44,7 @@ class Settings:
     cold_compile: bool = False  # see peers.Workload.cold_compile
     ort_spin: bool = False  # see peers.Workload.ort_spin
     traceback: bool = False  # keep full tracebacks of failures in the results
+    isolate: bool = True  # each contender in its own worker process (see module docstring)
 
 
 @dataclass
@@ -131,26 +134,36 @@ def run_case(entry: ZooEntry, batch: int, exporters: Sequence[str], peers: Seque
     torch_workload = Workload(entry.name, built, settings.threads,
                               cold_compile=settings.cold_compile)
 
-    ready: dict[str, Prepared] = {}
-    for peer in peers:
-        for workload in (workloads if peer.source == "onnx" else [torch_workload]):
-            contender = ContenderResult(peer.name, workload.exporter)
-            result.contenders[contender.key] = contender
-            prepared = _prepare(peer, workload, built, reference, contender, settings, log)
-            if prepared is not None:
-                ready[contender.key] = prepared
+    ready: dict[str, Callable[[], Any]] = {}
+    with ExitStack() as workers:
+        for peer in peers:
+            for workload in (workloads if peer.source == "onnx" else [torch_workload]):
+                contender = ContenderResult(peer.name, workload.exporter)
+                result.contenders[contender.key] = contender
+                if settings.isolate:
+                    run = _prepare_isolated(peer, workload, entry, batch, built, reference,
+                                            contender, settings, log)
+                    if run is not None:
+                        workers.callback(run.close)
+                else:
+                    prepared = _prepare(peer, workload, built, reference, contender, settings,
+                                        log)
+                    run = _bound(prepared, built) if prepared is not None else None
+                if run is not None:
+                    ready[contender.key] = run
 
-    if ready:
-        log(f"  timing {len(ready)} contender(s): {settings.warmup} warm-up + up to "
-            f"{settings.rounds} interleaved rounds ...")
-        measurement = measure_interleaved(
-            {key: _bound(prepared, built) for key, prepared in ready.items()},
-            settings.rounds, settings.warmup, budget_seconds=settings.budget_seconds)
-        for key, series in measurement.series.items():
-            result.contenders[key].series = series
-        result.orders = measurement.orders
-    del ready
-    _release_memory(peers)
+        if ready:
+            where = "each in its own process" if settings.isolate else "in this process"
+            log(f"  timing {len(ready)} contender(s), {where}: {settings.warmup} warm-up + up "
+                f"to {settings.rounds} interleaved rounds ...")
+            measurement = measure_interleaved(ready, settings.rounds, settings.warmup,
+                                              budget_seconds=settings.budget_seconds)
+            for key, series in measurement.series.items():
+                result.contenders[key].series = series
+            result.orders = measurement.orders
+        del ready
+    if not settings.isolate:
+        _release_memory(peers)
     return result
 
 
@@ -187,6 +200,48 @@ def _prepare(peer: Peer, workload: Workload, built: BuiltModel, reference: list,
     if not contender.agreement.ok:
         log(f"  {label}: outputs disagree with torch eager: {contender.agreement.message}")
     return prepared
+
+
+def _prepare_isolated(peer: Peer, workload: Workload, entry: ZooEntry, batch: int,
+                      built: BuiltModel, reference: list, contender: ContenderResult,
+                      settings: Settings, log: Log) -> IsolatedContender | None:
+    """Start a worker process that prepares the contender, and check its first outputs;
+    None when it failed.  The worker rebuilds the (seeded) torch model itself for a torch
+    peer: a module does not cross the process boundary."""
+    log(f"  preparing {contender.key} in a worker process ...")
+    # the zoo's own entries go by name (their builders are closures, which do not pickle)
+    model: ZooEntry | str | None = None
+    if peer.source == "torch":
+        model = entry.name if ZOO.get(entry.name) is entry else entry
+    recipe = Recipe(prepare_zoo_contender, (peer, replace(workload, built=None), model, batch,
+                                             settings.size))
+    try:
+        isolated = IsolatedContender(recipe, built.inputs)
+    except WorkerError as error:
+        contender.error = error.traceback if settings.traceback else str(error)
+        contender.error_stage = error.stage
+        log(f"  {contender.key}: {error.stage} FAILED: {_first_line(str(error))}")
+        return None
+    contender.details = isolated.details
+    contender.setup_seconds = isolated.setup_seconds
+    contender.agreement = compare_outputs(reference, isolated.outputs, settings.rtol,
+                                          settings.atol)
+    if not contender.agreement.ok:
+        log(f"  {contender.key}: outputs disagree with torch eager: "
+            f"{contender.agreement.message}")
+    return isolated
+
+
+def prepare_zoo_contender(peer: Peer, workload: Workload, model: ZooEntry | str | None,
+                          batch: int, size: str) -> Prepared:
+    """The recipe a worker process runs: ``peer`` prepared on ``workload``, with the zoo
+    model (an entry, or the name of one in ZOO) rebuilt here -- seeded, so with the same
+    weights -- for a peer that runs the torch module."""
+    limit_blas_threads(workload.threads)
+    if model is not None:
+        entry = ZOO[model] if isinstance(model, str) else model
+        workload = replace(workload, built=entry.build(batch, size))
+    return peer.prepare(workload)
 
 
 def _bound(prepared: Prepared, built: BuiltModel) -> Callable[[], Any]:

@@ -11,7 +11,10 @@ run; every sample is kept for the JSON.
 A sample of a sub-millisecond model averages enough back-to-back calls to last
 ``min_sample_seconds``, so timer granularity and scheduler ticks do not dominate it.
 
-All contenders share one process, and each brings its own thread pool (libgomp for torch and
+A contender is a callable, timed here around its calls, or an object that times its own
+calls (``time_calls(n)`` -> seconds: a contender in a worker process of its own, see
+:mod:`ember.bench.isolation`).  When all contenders share one process, each brings its own
+thread pool (libgomp for torch and
 ember, ORT's, OpenVINO's TBB).  After a call those workers spin for a while before they
 sleep; on 2 cores, the next contender's sample would run against them and lose a core.  So
 before every sample the harness pauses ``settle_seconds`` (untimed) and lets the previous
@@ -90,13 +93,24 @@ def rotated(names: Sequence[str], round_index: int) -> list[str]:
     return list(names[shift:]) + list(names[:shift])
 
 
+def time_calls(run: Callable[[], Any], calls: int,
+               clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds ``calls`` back-to-back calls of ``run`` take: measured by the contender
+    itself when it can (``run.time_calls``, a worker process), else around the calls here."""
+    own = getattr(run, "time_calls", None)
+    if own is not None:
+        return float(own(calls))
+    start = clock()
+    for _ in range(calls):
+        run()
+    return clock() - start
+
+
 def calls_per_sample(run: Callable[[], Any], clock: Callable[[], float] = time.perf_counter,
                      min_sample_seconds: float = MIN_SAMPLE_SECONDS,
                      max_calls: int = MAX_CALLS_PER_SAMPLE) -> int:
     """How many back-to-back calls make one sample last ``min_sample_seconds``."""
-    start = clock()
-    run()
-    once = clock() - start
+    once = time_calls(run, 1, clock)
     if once <= 0:
         return max_calls if min_sample_seconds > 0 else 1
     return max(1, min(max_calls, math.ceil(min_sample_seconds / once)))
@@ -143,10 +157,7 @@ def measure_interleaved(contenders: Mapping[str, Callable[[], Any]], rounds: int
                 run, calls = contenders[name], series[name].calls_per_sample
                 if settle_seconds > 0:
                     sleep(settle_seconds)
-                start = clock()
-                for _ in range(calls):
-                    run()
-                elapsed = clock() - start
+                elapsed = time_calls(run, calls, clock)
                 spent[name] += elapsed
                 series[name].samples_ms.append(elapsed * 1e3 / calls)
     finally:

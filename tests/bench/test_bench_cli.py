@@ -101,8 +101,9 @@ class GhostPeer(EchoPeer):
 
 
 def test_runner_reports_failures_and_disagreements(zoo_cache):
+    # in one process: the test reads what BrokenPeer.prepare recorded
     settings = Settings(size="tiny", rounds=2, warmup=0, budget_seconds=None,
-                        cache_dir=zoo_cache)
+                        cache_dir=zoo_cache, isolate=False)
     peers = [EchoPeer(), WrongPeer(), BrokenPeer()]
     BrokenPeer.seen = []
     case = run_case(ZOO["mlp"], 1, ["torchscript"], peers, settings)
@@ -203,7 +204,8 @@ def test_broken_models_and_failed_exports_are_rows_not_crashes(zoo_cache):
     def build_broken(batch, size):
         raise RuntimeError("no such model")
 
-    settings = Settings(size="tiny", rounds=1, warmup=0, cache_dir=zoo_cache)
+    # in one process: the models are local functions, which cannot go to a worker process
+    settings = Settings(size="tiny", rounds=1, warmup=0, cache_dir=zoo_cache, isolate=False)
     peers = [EchoPeer(), BrokenPeer()]
     BrokenPeer.seen = []
     diff = run_case(ZooEntry("diff", "torch.diff", build_diff), 1, ["torchscript"], peers,

@@ -1,5 +1,6 @@
 """Benchmark each configuration alone: prepare and check every contender against ONNX
-Runtime, then time them in one interleaved measurement (:mod:`ember.bench.timing`).
+Runtime, then time them in one interleaved measurement (:mod:`ember.bench.timing`), each
+in a worker process of its own unless ``Settings.isolate`` is off (:mod:`ember.bench.isolation`).
 
 ORT is the reference: ember's and mkl's outputs must match its output with ``rtol`` and an
 ``atol`` scaled by the output's magnitude (random K=3072 dot products are O(50)).  Nothing
@@ -12,6 +13,7 @@ import gc
 import math
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -21,7 +23,8 @@ import onnx
 
 from ember.bench.ops.configs import ConfigUse
 from ember.bench.ops.single import build_single_op, prepare_torch_matmul, single_op_flops
-from ember.bench.peers import EmberPeer, OnnxRuntimePeer, Prepared, Workload
+from ember.bench.isolation import IsolatedContender, Recipe, WorkerError, limit_blas_threads
+from ember.bench.peers import EmberPeer, OnnxRuntimePeer, Peer, Prepared, Workload
 from ember.bench.runner import Log, Settings
 from ember.bench.timing import Agreement, Series, compare_outputs, measure_interleaved
 
@@ -104,42 +107,66 @@ def run_op(use: ConfigUse, settings: Settings, path: Path, *, with_mkl: bool = T
     workload = Workload(result.summary, None, settings.threads, str(path), "single-op",
                         ort_spin=settings.ort_spin)
 
-    preparers: dict[str, Callable[[], Prepared]] = {
-        "onnxruntime": lambda: OnnxRuntimePeer().prepare(workload),
-        "ember": lambda: EmberPeer().prepare(workload)}
+    recipes: dict[str, Recipe] = {
+        "onnxruntime": Recipe(prepare_onnx_peer, (OnnxRuntimePeer(), workload)),
+        "ember": Recipe(prepare_onnx_peer, (EmberPeer(), workload))}
     if with_mkl and config.op in ("MatMul", "Gemm"):
-        preparers["mkl"] = lambda: prepare_torch_matmul(single, settings.threads)
+        recipes["mkl"] = Recipe(prepare_torch_matmul, (single, settings.threads))
 
-    ready: dict[str, Prepared] = {}
+    ready: dict[str, Callable[[], Any]] = {}
     reference: list[np.ndarray] | None = None
-    for name, prepare in preparers.items():  # ORT first: it is the reference
-        prepared, outputs = _prepare(name, prepare, single.feeds, result)
-        if prepared is None:
-            continue
-        if name == "onnxruntime":
-            reference = outputs
-        elif reference is not None and outputs is not None:
-            result.agreement[name] = _agree(reference, outputs, settings)
-        ready[name] = prepared
-    if "onnxruntime" not in ready:
-        return result  # no reference, no ratio: the row shows ORT's error
-
-    feeds = single.feeds
-    measurement = measure_interleaved(
-        {name: _bound(prepared, feeds) for name, prepared in ready.items()},
-        settings.rounds, settings.warmup, budget_seconds=settings.budget_seconds)
-    result.series = measurement.series
-    del ready
+    with ExitStack() as workers:
+        for name, recipe in recipes.items():  # ORT first: it is the reference
+            if settings.isolate:
+                run, outputs = _prepare_isolated(name, recipe, single.feeds, result)
+                if run is not None:
+                    workers.callback(run.close)
+            else:
+                prepared, outputs = _prepare(name, recipe, single.feeds, result)
+                run = _bound(prepared, single.feeds) if prepared is not None else None
+            if run is None:
+                continue
+            if name == "onnxruntime":
+                reference = outputs
+            elif reference is not None and outputs is not None:
+                result.agreement[name] = _agree(reference, outputs, settings)
+            ready[name] = run
+        if "onnxruntime" not in ready:
+            return result  # no reference, no ratio: the row shows ORT's error
+        measurement = measure_interleaved(ready, settings.rounds, settings.warmup,
+                                          budget_seconds=settings.budget_seconds)
+        result.series = measurement.series
+        del ready
     gc.collect()  # free the compiled module before the next configuration
     return result
 
 
-def _prepare(name: str, prepare: Callable[[], Prepared], feeds: Mapping[str, np.ndarray],
+def prepare_onnx_peer(peer: Peer, workload: Workload) -> Prepared:
+    """The recipe of an ONNX peer on a single-op model (run here or in a worker process)."""
+    limit_blas_threads(workload.threads)
+    return peer.prepare(workload)
+
+
+def _prepare_isolated(name: str, recipe: Recipe, feeds: Mapping[str, np.ndarray],
+                      result: OpResult
+                      ) -> tuple[IsolatedContender | None, list[np.ndarray] | None]:
+    try:
+        isolated = IsolatedContender(recipe, feeds)
+    except WorkerError as error:
+        result.errors[name] = f"{error.stage}: {error}"
+        return None, None
+    if name == "ember":
+        result.ember_details = isolated.details
+    result.setup_seconds[name] = isolated.setup_seconds
+    return isolated, isolated.outputs
+
+
+def _prepare(name: str, recipe: Recipe, feeds: Mapping[str, np.ndarray],
              result: OpResult) -> tuple[Prepared | None, list[np.ndarray] | None]:
     stage = "prepare"
     start = time.perf_counter()
     try:
-        prepared = prepare()
+        prepared = recipe.function(*recipe.arguments)
         if name == "ember":
             result.ember_details = prepared.details
         stage = "run"
