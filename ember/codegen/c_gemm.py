@@ -228,13 +228,20 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     # With A packed in strips, a module of units calls the shared micro-kernels (see
     # packed_micro_kernel); one translation unit inlines its own.
     shared = em.ctx.shared_gemm and (s.a_packed or pack_a)
-    if shared:
-        em.ctx.shared_gemm_tiles.add((nr // lanes, lanes, mr))
-        kernels = {rows: packed_micro_kernel(em.ctx.helpers, rows, nr // lanes, lanes, mr)
-                   for rows in range(1, min(mr, s.m) + 1)}
-    else:
-        kernels = {rows: micro_kernel(em.ctx.helpers, rows, nr // lanes, lanes)
-                   for rows in range(1, min(mr, s.m) + 1)}
+    def kernels_of(vectors: int) -> dict[int, str]:
+        if shared:
+            em.ctx.shared_gemm_tiles.add((vectors, lanes, mr))
+            return {rows: packed_micro_kernel(em.ctx.helpers, rows, vectors, lanes, mr)
+                    for rows in range(1, min(mr, s.m) + 1)}
+        return {rows: micro_kernel(em.ctx.helpers, rows, vectors, lanes)
+                for rows in range(1, min(mr, s.m) + 1)}
+
+    kernels = kernels_of(nr // lanes)
+    # The last panel, when it holds few columns (a 7x7 image is 3 panels of 16 and one of
+    # 1), is multiplied by a narrower micro-kernel: as many vectors as its columns need,
+    # not NR's worth of multiply-adds on zero padding.
+    tail_vectors = -(-(s.n % nr) // lanes)
+    narrow = kernels_of(tail_vectors) if 0 < tail_vectors < nr // lanes else None
     panels = _panels(s)
     blocks_m, blocks_n, panels_per_task = _task_grid(s)
     fresh, line = em.names.fresh, em.line
@@ -318,12 +325,13 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
         strides = "" if shared else f"{a_rs}, {a_cs}, "
         call = (f"({kc}, {a_tile}, {strides}{panel}, {b_row}, {tile}, {s.out_rs}, "
                 f"{pc} != 0, {cols});")
-        if len(kernels) == 1:
-            line(body, f"{kernels[1]}{call}")
+        if narrow is None:
+            _emit_micro_call(em, body, kernels, rows, call)
         else:
-            line(body, f"switch ({rows}) {{")
-            for count, kernel in sorted(kernels.items(), reverse=True):
-                line(body + 1, f"case {count}: {kernel}{call} break;")
+            line(body, f"if ({p} < {panels - 1}) {{")
+            _emit_micro_call(em, body + 1, kernels, rows, call)
+            line(body, "} else {")
+            _emit_micro_call(em, body + 1, narrow, rows, call)
             line(body, "}")
         if s.finish is not None:
             line(body, f"if ({pc} + {kc} == {s.k}) {{")
@@ -332,6 +340,18 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
         for level in range(inner + 2, inner - 1, -1):
             line(level, "}")
     line(depth, "}")
+
+
+def _emit_micro_call(em: "_KernelEmitter", depth: int, kernels: dict[int, str], rows: str,
+                     call: str) -> None:
+    """The call of the micro-kernel of the strip's height (``rows``, known at run time)."""
+    if len(kernels) == 1:
+        em.line(depth, f"{kernels[1]}{call}")
+        return
+    em.line(depth, f"switch ({rows}) {{")
+    for count, kernel in sorted(kernels.items(), reverse=True):
+        em.line(depth + 1, f"case {count}: {kernel}{call} break;")
+    em.line(depth, "}")
 
 
 def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int, copies: int = 1) -> None:

@@ -163,6 +163,29 @@ def test_convolution_is_an_im2col_gemm_packed_at_run_time(batch, stride, pads, d
     assert gemm.finish is not None
 
 
+@pytest.mark.parametrize("width,narrow", [(7, True), (12, False), (6, True)])
+def test_a_few_columns_left_over_take_a_narrower_micro_kernel(width, narrow):
+    """A 7x7 image is 3 panels of 16 columns and one of 1: the last is multiplied with as
+    many vectors as its columns need (49 % 16 = 1 -> one vector; 12x12 = 144 = 9 x 16 has
+    no tail at all, 6x6 = 36 leaves 4)."""
+    x, w, bias = _randn(2, 16, width, width), _randn(13, 16, 3, 3), _randn(13)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["t"], ["y"])]
+    expected = np.maximum(_conv_reference(x, w, 1, [1, 1, 1, 1], 1) +
+                          bias[None, :, None, None], 0)
+    module = _check(_model(nodes, [("x", list(x.shape))], {"w": w, "b": bias}), {"x": x},
+                    expected)
+    gemm, = _gemms(module)
+    lanes, nr = gemm.knobs.lanes, gemm.knobs.nr
+    tail = (width * width) % nr
+    narrow_width = -(-tail // lanes) * lanes
+    uses_narrow = f"x{narrow_width}_" in module.build.source and 0 < narrow_width < nr
+    assert uses_narrow == (0 < narrow_width < nr)
+    if nr == 16 and lanes == 8:  # this machine's AVX2 tile: the cases above are chosen for it
+        assert uses_narrow == narrow
+
+
 @pytest.mark.parametrize("regime", ["copies", "one_element_at_a_time", "row_blocks"])
 def test_im2col_panels_packed_by_their_task_or_up_front(regime, monkeypatch):
     """Each task packs its own panels of B when every panel belongs to one task (one block of
