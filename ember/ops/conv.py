@@ -362,6 +362,75 @@ def conv(ctx, x, w, b=None, **conv_attrs):
     return _add_bias(y, b).astype(x.dtype, copy=False)
 
 
+# ----------------------------------------------------------------------------- blocked depthwise
+
+
+def _depthwise_blocked_geometry(ctx: Context, x_shape: Sequence[Dim], w_shape: Sequence[Dim],
+                                strides: Sequence[int], dilations: Sequence[int]
+                                ) -> tuple[Dim, Dim]:
+    """(OH, OW) of DepthwiseConvBlocked, after checking that the shapes fit together."""
+    if len(x_shape) != 5 or len(w_shape) != 4:
+        raise ctx.error(f"X must be (N, C/L, H, W, L) and W (C/L, KH, KW, L), got ranks "
+                        f"{len(x_shape)} and {len(w_shape)}")
+    if len(strides) != 2 or len(dilations) != 2 or min(*strides, *dilations) < 1:
+        raise ctx.error(f"strides {list(strides)} and dilations {list(dilations)} must be two "
+                        f"positive integers each")
+    for what, xd, wd in (("channel blocks", x_shape[1], w_shape[0]),
+                         ("lanes", x_shape[4], w_shape[3])):
+        if isinstance(xd, int) and isinstance(wd, int) and xd != wd:
+            raise ctx.error(f"X and W disagree on the {what}: {xd} and {wd}")
+    out = []
+    for size, k, s, d in zip(x_shape[2:4], w_shape[1:3], strides, dilations):
+        if not isinstance(size, int) or not isinstance(k, int):
+            out.append(None)
+            continue
+        span = (k - 1) * d + 1
+        if k < 1 or size < span:
+            raise ctx.error(f"a {k}-tap kernel with dilation {d} does not fit an input of "
+                            f"{size}")
+        out.append((size - span) // s + 1)
+    return out[0], out[1]
+
+
+def _depthwise_blocked_type(ctx: InferContext) -> list[ValueType | None]:
+    x, w, b = optional_tensor(ctx, 0), optional_tensor(ctx, 1), optional_tensor(ctx, 2)
+    if x is None or w is None or x.shape is None or w.shape is None:
+        return [TensorType(x.dtype, None) if x is not None else None]
+    if not x.dtype.is_float or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
+        raise ctx.error(f"X, W and B must share one float type, got {x}, {w}"
+                        + (f", {b}" if b is not None else ""))
+    oh, ow = _depthwise_blocked_geometry(ctx, x.shape, w.shape, ctx.attrs["strides"],
+                                         ctx.attrs["dilations"])
+    if b is not None and b.shape is not None and (len(b.shape) != 2 or
+                                                  tuple(b.shape) != (w.shape[0], w.shape[3])):
+        raise ctx.error(f"B must be (C/L, L) = ({w.shape[0]}, {w.shape[3]}), got {b}")
+    return [TensorType(x.dtype, (x.shape[0], x.shape[1], oh, ow, x.shape[4]))]
+
+
+@op("DepthwiseConvBlocked", family="conv", infer=_depthwise_blocked_type,
+    attrs={"strides": Attr.ints([1, 1]), "dilations": Attr.ints([1, 1])})
+def depthwise_conv_blocked(ctx, x, w, b=None, *, strides, dilations):
+    """A depthwise 2-D convolution over channels blocked by L (ember's own op, made by
+    ``passes/block_depthwise.py``; no frontend maps to it): ``X`` is ``(N, C/L, H, W, L)``
+    (padding applied before), ``W`` ``(C/L, KH, KW, L)``, ``B`` ``(C/L, L)``, and
+    ``Y[n, cb, oh, ow, l] = sum over taps of X[n, cb, oh*sh + kh*dh, ow*sw + kw*dw, l] *
+    W[cb, kh, kw, l] + B[cb, l]``, the taps summed in row-major order."""
+    oh, ow = _depthwise_blocked_geometry(ctx, x.shape, w.shape, strides, dilations)
+    work = compute_dtype(x.dtype)
+    total = None
+    for kh in range(w.shape[1]):
+        for kw in range(w.shape[2]):
+            top, left = kh * dilations[0], kw * dilations[1]
+            window = x[:, :, top:top + (oh - 1) * strides[0] + 1:strides[0],
+                       left:left + (ow - 1) * strides[1] + 1:strides[1], :].astype(work)
+            term = window * w[:, kh, kw, :].astype(work).reshape(1, w.shape[0], 1, 1,
+                                                                  w.shape[3])
+            total = term if total is None else total + term
+    if b is not None:
+        total = total + b.astype(work)[None, :, None, None, :]
+    return total.astype(x.dtype, copy=False)
+
+
 @op("ConvInteger", family="conv", infer=lambda ctx: _conv_type(ctx, 0, 1, DType.INT32),
     attrs=CONV_ATTRS)
 def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, **conv_attrs):

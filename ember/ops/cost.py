@@ -215,6 +215,14 @@ def _conv(weight_index: int, bias_index: int | None) -> CostRule:
     return rule
 
 
+def _depthwise_blocked(node: Node, types: Types) -> Dim:
+    """Per output element 2*KH*KW (W is [C/L, KH, KW, L]), plus bias."""
+    weight = _shape(types, node.inputs[1])
+    per_output = None if weight is None or len(weight) != 4 else \
+        _scaled(2, dim_product(weight[1:3]))
+    return _with_bias(node, 2, _scaled(per_output, _numel(types, _output(node))), types)
+
+
 def _conv_transpose(node: Node, types: Types) -> Dim:
     """Per input element 2*M/group*prod(kernel) (W is [C, M/group, k...]), plus bias."""
     weight = _shape(types, node.inputs[1])
@@ -277,6 +285,7 @@ _RULES: dict[str, CostRule] = {
     "ConvInteger": _conv(weight_index=1, bias_index=None),
     "QLinearConv": _conv(weight_index=3, bias_index=8),
     "ConvTranspose": _conv_transpose,
+    "DepthwiseConvBlocked": _depthwise_blocked,
     "MaxPool": _windowed_pool,
     "AveragePool": _windowed_pool,
     "LpPool": _windowed_pool,

@@ -410,6 +410,11 @@ class _Refuse:
 _REFUSE = _Refuse()
 
 
+# A kernel of more taps than this is not written out as one sum (7x7 is the largest that
+# depthwise networks use).
+MAX_WRITTEN_OUT_TAPS = 49
+
+
 @dataclass(frozen=True)
 class _Taps:
     """Input positions read by the kernel taps of a sliding window over ``in_dims``.
@@ -505,6 +510,38 @@ def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, s
         return total if b is None else total + cast(b[m], acc)
 
     return compute(out.shape, body, name="conv", dtype=out.dtype)
+
+
+@compute_of("DepthwiseConvBlocked")
+def depthwise_conv_blocked(ctx, x, w, b=None, *, strides, dilations):
+    """y[n, cb, oh, ow, l] = the explicit sum, tap by tap, of x[n, cb, oh*sh + kh*dh,
+    ow*sw + kw*dw, l] * w[cb, kh, kw, l] (+ b[cb, l]).
+
+    Written out rather than as a reduction: with the lanes ``l`` innermost and contiguous in
+    X, W and Y, each output vector is KH*KW multiply-adds of vector loads computed in
+    registers and stored once (a reduction would accumulate into the output in memory)."""
+    if x.ndim != 5 or w.ndim != 4 or (b is not None and b.ndim != 2):
+        raise NoCompute("DepthwiseConvBlocked needs X (N, C/L, H, W, L) and W (C/L, KH, KW, L)")
+    if not x.dtype.is_float or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
+        raise NoCompute("X, W and B of one float type")
+    taps = w.shape[1] * w.shape[2]
+    if taps > MAX_WRITTEN_OUT_TAPS:
+        raise NoCompute(f"{taps} taps: more than are written out ({MAX_WRITTEN_OUT_TAPS})")
+    acc = _product_dtype(x, w)
+    out = ctx.output_types[0]
+
+    def body(n: Expr, cb: Expr, oh: Expr, ow: Expr, lane: Expr) -> Expr:
+        total = None
+        for kh in range(w.shape[1]):
+            for kw in range(w.shape[2]):
+                row = oh * strides[0] + kh * dilations[0]
+                column = ow * strides[1] + kw * dilations[1]
+                term = cast(x[[n, cb, row, column, lane]], acc) * cast(w[[cb, kh, kw, lane]],
+                                                                       acc)
+                total = term if total is None else total + term
+        return total if b is None else total + cast(b[[cb, lane]], acc)
+
+    return compute(out.shape, body, name="dwconv", dtype=out.dtype)
 
 
 @compute_of("ConvTranspose")
