@@ -13,29 +13,21 @@ import numpy as np
 import pytest
 
 from ember.bench.isolation import IsolatedContender, Recipe, WorkerError
-from ember.bench.peers import Peer, Prepared, Workload
+from ember.bench.peers import Prepared, Workload
 from ember.bench.runner import Settings, run_case
 from ember.bench.zoo import ZOO
 
+from .test_bench_cli import EchoPeer
 
-class PidPeer(Peer):
-    """Runs the torch model and reports the process it was prepared in."""
 
-    name, label, source = "pid", "pid", "torch"
+class PidPeer(EchoPeer):
+    """Runs the torch model (as EchoPeer) and reports the process it was prepared in."""
 
-    def version(self):
-        return "1"
+    name, label = "pid", "pid"
 
     def prepare(self, workload: Workload) -> Prepared:
-        import torch
-
-        module = workload.built.module
-
-        def run(inputs):
-            with torch.inference_mode():
-                return [module(*(torch.from_numpy(a) for a in inputs.values())).numpy()]
-
-        return Prepared(run, {"pid": os.getpid(), "threads": workload.threads})
+        echo = super().prepare(workload)
+        return Prepared(echo.run, {"pid": os.getpid(), "threads": workload.threads})
 
 
 class OtherPidPeer(PidPeer):
