@@ -1,4 +1,4 @@
-"""Contenders in processes of their own, driven in interleaved rounds from the bench.
+"""Contenders in processes of their own (or in this one), driven in interleaved rounds.
 
 In one process every runtime shares the allocator, the page cache of its libraries and, on
 a 2-core machine, the cores with the other runtimes' thread pools (libgomp for torch and
@@ -14,6 +14,9 @@ nothing unpicklable (a torch module, a compiled library) crosses the process bou
 inputs and the first outputs do, once.  Each sample is timed inside the worker around the
 calls alone, so the pipe adds nothing to the latency.  A worker that dies (a crash in a
 runtime) is reported as that contender's error; the others go on.
+
+:class:`InProcessContender` prepares the same recipe in the bench's own process
+(``--in-process``), behind the same interface, so the bench has one path for both.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ PREPARE_TIMEOUT_SECONDS = 1800.0
 SAMPLE_TIMEOUT_SECONDS = 600.0
 
 
-class WorkerError(RuntimeError):
-    """The worker failed: ``stage`` is "prepare" or "run"; the message is the error as
-    ``Type: message`` and ``traceback`` the worker's formatted traceback ("" when the worker
-    itself died)."""
+class ContenderError(RuntimeError):
+    """A contender failed: ``stage`` is "prepare" or "run"; the message is the error as
+    ``Type: message`` and ``traceback`` its formatted traceback (the message alone when a
+    worker process itself died)."""
 
     def __init__(self, stage: str, message: str, traceback_text: str = ""):
         super().__init__(message)
@@ -45,7 +48,7 @@ class WorkerError(RuntimeError):
 
 @dataclass(frozen=True)
 class Recipe:
-    """How a worker prepares its contender: ``function(*arguments)`` returns a Prepared."""
+    """How a contender is prepared: ``function(*arguments)`` returns a Prepared."""
 
     function: Callable[..., Any]
     arguments: tuple[Any, ...] = ()
@@ -60,24 +63,25 @@ class IsolatedContender:
     (timed in the worker); ``close()`` stops the worker.  Usable as a context manager.
     """
 
-    def __init__(self, recipe: Recipe, inputs: Mapping[str, np.ndarray]):
+    def __init__(self, recipe: Recipe, inputs: Mapping[str, np.ndarray], threads: int):
         context = multiprocessing.get_context("spawn")
         self._pipe, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, recipe, dict(inputs)),
+        self._process = context.Process(target=_serve,
+                                        args=(child, recipe, dict(inputs), threads),
                                         daemon=True, name="ember-bench-contender")
         try:
             self._process.start()
         except Exception as error:  # the recipe or the inputs cannot be pickled
             child.close()
             self._pipe.close()
-            raise WorkerError("prepare", f"cannot hand this contender to a worker process "
+            raise ContenderError("prepare", f"cannot hand this contender to a worker process "
                                          f"({type(error).__name__}: {error}); run the bench "
                                          f"in one process (--in-process)") from None
         child.close()
         try:
             reply = self._receive(PREPARE_TIMEOUT_SECONDS, "prepare")
             if reply[0] == "error":
-                raise WorkerError(*reply[1:])
+                raise ContenderError(*reply[1:])
             _, self.outputs, self.details, self.setup_seconds = reply
         except BaseException:
             self.close()
@@ -91,7 +95,7 @@ class IsolatedContender:
         self._pipe.send(("time", int(calls)))
         reply = self._receive(SAMPLE_TIMEOUT_SECONDS, "run")
         if reply[0] == "error":
-            raise WorkerError(*reply[1:])
+            raise ContenderError(*reply[1:])
         return float(reply[1])
 
     def close(self) -> None:
@@ -115,28 +119,55 @@ class IsolatedContender:
     def _receive(self, timeout: float, stage: str) -> tuple:
         if not self._pipe.poll(timeout):
             self._process.kill()
-            raise WorkerError(stage, f"the contender's worker gave no answer in {timeout:.0f} s "
+            raise ContenderError(stage, f"the contender's worker gave no answer in {timeout:.0f} s "
                                      f"and was stopped")
         try:
             return self._pipe.recv()
         except (EOFError, ConnectionError):
             self._process.join(timeout=10)
-            raise WorkerError(stage, f"the contender's worker process died (exit code "
+            raise ContenderError(stage, f"the contender's worker process died (exit code "
                                      f"{self._process.exitcode}); a crash in the runtime "
                                      f"under test") from None
 
 
-def _serve(pipe: Any, recipe: Recipe, inputs: dict[str, np.ndarray]) -> None:
-    """The worker: prepare, answer with the first outputs, then time calls on request."""
+class InProcessContender:
+    """The interface of :class:`IsolatedContender` for a contender prepared in this process:
+    calling it runs it once, and the timing harness times it with its own clock."""
+
+    def __init__(self, recipe: Recipe, inputs: Mapping[str, np.ndarray]):
+        self._inputs = dict(inputs)
+        prepared, self.outputs, self.setup_seconds = _prepare(recipe, self._inputs)
+        self.details = dict(prepared.details)
+        self._run: Callable[..., Any] | None = prepared.run
+
+    def __call__(self) -> Any:
+        return self._run(self._inputs)
+
+    def close(self) -> None:
+        self._run = None  # the compiled model goes with the last reference
+
+
+def _prepare(recipe: Recipe, inputs: dict[str, np.ndarray]) -> tuple[Any, list, float]:
+    """(the Prepared, its first outputs, seconds to prepare and run once); a ContenderError
+    naming the stage that failed."""
     stage = "prepare"
+    start = time.perf_counter()
     try:
-        start = time.perf_counter()
         prepared = recipe.function(*recipe.arguments)
         stage = "run"
         outputs = [np.array(o, copy=True) for o in prepared(inputs)]
-        setup = time.perf_counter() - start
-    except BaseException as error:  # reported to the parent, which records it
-        pipe.send(("error", stage, *_describe(error)))
+    except Exception as error:  # noqa: BLE001 -- one contender's failure is a result
+        raise ContenderError(stage, *_describe(error)) from error
+    return prepared, outputs, time.perf_counter() - start
+
+
+def _serve(pipe: Any, recipe: Recipe, inputs: dict[str, np.ndarray], threads: int) -> None:
+    """The worker: prepare, answer with the first outputs, then time calls on request."""
+    limit_blas_threads(threads)
+    try:
+        prepared, outputs, setup = _prepare(recipe, inputs)
+    except ContenderError as error:  # reported to the parent, which records it
+        pipe.send(("error", error.stage, str(error), error.traceback))
         return
     pipe.send(("ready", outputs, dict(prepared.details), setup))
     run = prepared.run
@@ -159,7 +190,7 @@ def _serve(pipe: Any, recipe: Recipe, inputs: dict[str, np.ndarray]) -> None:
 
 def limit_blas_threads(threads: int) -> None:
     """Hold numpy's BLAS (ember's fallback nodes use it) to the contenders' thread budget in
-    this worker, as the bench does in its own process (when threadpoolctl is installed)."""
+    a worker, as the bench does in its own process (when threadpoolctl is installed)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:

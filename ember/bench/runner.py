@@ -13,7 +13,6 @@ is recorded with its error and the case goes on with the others.
 from __future__ import annotations
 
 import gc
-import time
 import traceback
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ember.bench.export import ExportRecord, export_model
-from ember.bench.isolation import IsolatedContender, Recipe, WorkerError, limit_blas_threads
+from ember.bench.isolation import ContenderError, InProcessContender, IsolatedContender, Recipe
 from ember.bench.peers import Peer, Prepared, Workload
 from ember.bench.timing import Agreement, Series, compare_outputs, measure_interleaved
 from ember.bench.zoo import ZOO, BuiltModel, ZooEntry
@@ -135,21 +134,15 @@ def run_case(entry: ZooEntry, batch: int, exporters: Sequence[str], peers: Seque
                               cold_compile=settings.cold_compile)
 
     ready: dict[str, Callable[[], Any]] = {}
-    with ExitStack() as workers:
+    with ExitStack() as running:
         for peer in peers:
             for workload in (workloads if peer.source == "onnx" else [torch_workload]):
                 contender = ContenderResult(peer.name, workload.exporter)
                 result.contenders[contender.key] = contender
-                if settings.isolate:
-                    run = _prepare_isolated(peer, workload, entry, batch, built, reference,
-                                            contender, settings, log)
-                    if run is not None:
-                        workers.callback(run.close)
-                else:
-                    prepared = _prepare(peer, workload, built, reference, contender, settings,
-                                        log)
-                    run = _bound(prepared, built) if prepared is not None else None
+                run = _start(peer, workload, entry, batch, built, reference, contender,
+                             settings, log)
                 if run is not None:
+                    running.callback(run.close)
                     ready[contender.key] = run
 
         if ready:
@@ -177,59 +170,38 @@ def _reference_outputs(built: BuiltModel) -> list:
     return [o.detach().numpy().copy() for o in outputs]
 
 
-def _prepare(peer: Peer, workload: Workload, built: BuiltModel, reference: list,
-             contender: ContenderResult, settings: Settings, log: Log) -> Prepared | None:
-    """Prepare a contender and check its first outputs; None when it failed."""
-    label = contender.key
-    log(f"  preparing {label} ...")
-    stage = "prepare"
-    start = time.perf_counter()
+def _start(peer: Peer, workload: Workload, entry: ZooEntry, batch: int, built: BuiltModel,
+           reference: list, contender: ContenderResult, settings: Settings, log: Log
+           ) -> IsolatedContender | InProcessContender | None:
+    """Prepare a contender -- in a worker process of its own unless ``settings.isolate`` is
+    off -- and check its first outputs; None when it failed.  A worker rebuilds the (seeded)
+    torch model itself for a torch peer: a module does not cross the process boundary."""
+    if settings.isolate:
+        log(f"  preparing {contender.key} in a worker process ...")
+        # the zoo's own entries go by name (their builders are closures, which do not pickle)
+        model: ZooEntry | str | None = None
+        if peer.source == "torch":
+            model = entry.name if ZOO.get(entry.name) is entry else entry
+        recipe = Recipe(prepare_zoo_contender, (peer, replace(workload, built=None), model,
+                                                 batch, settings.size))
+    else:
+        log(f"  preparing {contender.key} ...")
+        recipe = Recipe(peer.prepare, (workload,))
     try:
-        prepared = peer.prepare(workload)
-        contender.details = prepared.details
-        stage = "run"
-        outputs = prepared(built.inputs)
-        contender.setup_seconds = time.perf_counter() - start
-    except Exception as error:  # one contender's failure must not stop the others
-        contender.setup_seconds = time.perf_counter() - start
-        contender.error = _describe_error(error, settings.traceback)
-        contender.error_stage = stage
-        log(f"  {label}: {stage} FAILED: {_first_line(contender.error)}")
-        return None
-    contender.agreement = compare_outputs(reference, outputs, settings.rtol, settings.atol)
-    if not contender.agreement.ok:
-        log(f"  {label}: outputs disagree with torch eager: {contender.agreement.message}")
-    return prepared
-
-
-def _prepare_isolated(peer: Peer, workload: Workload, entry: ZooEntry, batch: int,
-                      built: BuiltModel, reference: list, contender: ContenderResult,
-                      settings: Settings, log: Log) -> IsolatedContender | None:
-    """Start a worker process that prepares the contender, and check its first outputs;
-    None when it failed.  The worker rebuilds the (seeded) torch model itself for a torch
-    peer: a module does not cross the process boundary."""
-    log(f"  preparing {contender.key} in a worker process ...")
-    # the zoo's own entries go by name (their builders are closures, which do not pickle)
-    model: ZooEntry | str | None = None
-    if peer.source == "torch":
-        model = entry.name if ZOO.get(entry.name) is entry else entry
-    recipe = Recipe(prepare_zoo_contender, (peer, replace(workload, built=None), model, batch,
-                                             settings.size))
-    try:
-        isolated = IsolatedContender(recipe, built.inputs)
-    except WorkerError as error:
+        run = IsolatedContender(recipe, built.inputs, settings.threads) if settings.isolate \
+            else InProcessContender(recipe, built.inputs)
+    except ContenderError as error:
         contender.error = error.traceback if settings.traceback else str(error)
         contender.error_stage = error.stage
         log(f"  {contender.key}: {error.stage} FAILED: {_first_line(str(error))}")
         return None
-    contender.details = isolated.details
-    contender.setup_seconds = isolated.setup_seconds
-    contender.agreement = compare_outputs(reference, isolated.outputs, settings.rtol,
-                                          settings.atol)
+    contender.details = run.details
+    contender.setup_seconds = run.setup_seconds
+    contender.agreement = compare_outputs(reference, run.outputs, settings.rtol, settings.atol)
     if not contender.agreement.ok:
         log(f"  {contender.key}: outputs disagree with torch eager: "
             f"{contender.agreement.message}")
-    return isolated
+    return run
 
 
 def prepare_zoo_contender(peer: Peer, workload: Workload, model: ZooEntry | str | None,
@@ -237,16 +209,10 @@ def prepare_zoo_contender(peer: Peer, workload: Workload, model: ZooEntry | str 
     """The recipe a worker process runs: ``peer`` prepared on ``workload``, with the zoo
     model (an entry, or the name of one in ZOO) rebuilt here -- seeded, so with the same
     weights -- for a peer that runs the torch module."""
-    limit_blas_threads(workload.threads)
     if model is not None:
         entry = ZOO[model] if isinstance(model, str) else model
         workload = replace(workload, built=entry.build(batch, size))
     return peer.prepare(workload)
-
-
-def _bound(prepared: Prepared, built: BuiltModel) -> Callable[[], Any]:
-    inputs = built.inputs
-    return lambda: prepared(inputs)
 
 
 def _release_memory(peers: Sequence[Peer]) -> None:

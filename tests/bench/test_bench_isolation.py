@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from ember.bench.isolation import IsolatedContender, Recipe, WorkerError
+from ember.bench.isolation import IsolatedContender, Recipe, ContenderError
 from ember.bench.peers import Prepared, Workload
 from ember.bench.runner import Settings, run_case
 from ember.bench.zoo import ZOO
@@ -85,16 +85,16 @@ def _broken_on_run() -> Prepared:
 
 def test_a_worker_times_its_own_calls_and_reports_errors():
     x = np.arange(6, dtype=np.float32)
-    with IsolatedContender(Recipe(_square, (x,)), {"x": x}) as worker:
+    with IsolatedContender(Recipe(_square, (x,)), {"x": x}, threads=1) as worker:
         np.testing.assert_array_equal(worker.outputs[0], x * x)
         assert worker.time_calls(5) > 0
         worker()  # one untimed call, as the harness's warm-up makes
-    with pytest.raises(WorkerError, match="ValueError: bad input") as caught:
-        IsolatedContender(Recipe(_broken_on_run), {"x": x})
+    with pytest.raises(ContenderError, match="ValueError: bad input") as caught:
+        IsolatedContender(Recipe(_broken_on_run), {"x": x}, threads=1)
     assert caught.value.stage == "run" and "Traceback" in caught.value.traceback
 
 
 def test_a_recipe_that_cannot_be_pickled_is_a_clear_error():
     local = lambda: Prepared(lambda inputs: [])  # noqa: E731 -- a local object on purpose
-    with pytest.raises(WorkerError, match="--in-process"):
-        IsolatedContender(Recipe(local), {})
+    with pytest.raises(ContenderError, match="--in-process"):
+        IsolatedContender(Recipe(local), {}, threads=1)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import math
 import tempfile
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,8 @@ import onnx
 
 from ember.bench.ops.configs import ConfigUse
 from ember.bench.ops.single import build_single_op, prepare_torch_matmul, single_op_flops
-from ember.bench.isolation import IsolatedContender, Recipe, WorkerError, limit_blas_threads
-from ember.bench.peers import EmberPeer, OnnxRuntimePeer, Peer, Prepared, Workload
+from ember.bench.isolation import ContenderError, InProcessContender, IsolatedContender, Recipe
+from ember.bench.peers import EmberPeer, OnnxRuntimePeer, Workload
 from ember.bench.runner import Log, Settings
 from ember.bench.timing import Agreement, Series, compare_outputs, measure_interleaved
 
@@ -108,28 +107,23 @@ def run_op(use: ConfigUse, settings: Settings, path: Path, *, with_mkl: bool = T
                         ort_spin=settings.ort_spin)
 
     recipes: dict[str, Recipe] = {
-        "onnxruntime": Recipe(prepare_onnx_peer, (OnnxRuntimePeer(), workload)),
-        "ember": Recipe(prepare_onnx_peer, (EmberPeer(), workload))}
+        "onnxruntime": Recipe(OnnxRuntimePeer().prepare, (workload,)),
+        "ember": Recipe(EmberPeer().prepare, (workload,))}
     if with_mkl and config.op in ("MatMul", "Gemm"):
         recipes["mkl"] = Recipe(prepare_torch_matmul, (single, settings.threads))
 
     ready: dict[str, Callable[[], Any]] = {}
     reference: list[np.ndarray] | None = None
-    with ExitStack() as workers:
+    with ExitStack() as running:
         for name, recipe in recipes.items():  # ORT first: it is the reference
-            if settings.isolate:
-                run, outputs = _prepare_isolated(name, recipe, single.feeds, result)
-                if run is not None:
-                    workers.callback(run.close)
-            else:
-                prepared, outputs = _prepare(name, recipe, single.feeds, result)
-                run = _bound(prepared, single.feeds) if prepared is not None else None
+            run = _start(name, recipe, single.feeds, settings, result)
             if run is None:
                 continue
+            running.callback(run.close)
             if name == "onnxruntime":
-                reference = outputs
-            elif reference is not None and outputs is not None:
-                result.agreement[name] = _agree(reference, outputs, settings)
+                reference = run.outputs
+            elif reference is not None:
+                result.agreement[name] = _agree(reference, run.outputs, settings)
             ready[name] = run
         if "onnxruntime" not in ready:
             return result  # no reference, no ratio: the row shows ORT's error
@@ -141,42 +135,20 @@ def run_op(use: ConfigUse, settings: Settings, path: Path, *, with_mkl: bool = T
     return result
 
 
-def prepare_onnx_peer(peer: Peer, workload: Workload) -> Prepared:
-    """The recipe of an ONNX peer on a single-op model (run here or in a worker process)."""
-    limit_blas_threads(workload.threads)
-    return peer.prepare(workload)
-
-
-def _prepare_isolated(name: str, recipe: Recipe, feeds: Mapping[str, np.ndarray],
-                      result: OpResult
-                      ) -> tuple[IsolatedContender | None, list[np.ndarray] | None]:
+def _start(name: str, recipe: Recipe, feeds: Mapping[str, np.ndarray], settings: Settings,
+           result: OpResult) -> IsolatedContender | InProcessContender | None:
+    """Prepare a contender (in a worker process unless ``settings.isolate`` is off) and run it
+    once; None, with the error in the row, when it failed."""
     try:
-        isolated = IsolatedContender(recipe, feeds)
-    except WorkerError as error:
+        run = IsolatedContender(recipe, feeds, settings.threads) if settings.isolate \
+            else InProcessContender(recipe, feeds)
+    except ContenderError as error:
         result.errors[name] = f"{error.stage}: {error}"
-        return None, None
+        return None
     if name == "ember":
-        result.ember_details = isolated.details
-    result.setup_seconds[name] = isolated.setup_seconds
-    return isolated, isolated.outputs
-
-
-def _prepare(name: str, recipe: Recipe, feeds: Mapping[str, np.ndarray],
-             result: OpResult) -> tuple[Prepared | None, list[np.ndarray] | None]:
-    stage = "prepare"
-    start = time.perf_counter()
-    try:
-        prepared = recipe.function(*recipe.arguments)
-        if name == "ember":
-            result.ember_details = prepared.details
-        stage = "run"
-        outputs = prepared(feeds)
-    except Exception as error:  # noqa: BLE001 -- one contender's failure is a result
-        result.errors[name] = f"{stage}: {_text(error)}"
-        return None, None
-    finally:
-        result.setup_seconds[name] = time.perf_counter() - start
-    return prepared, outputs
+        result.ember_details = run.details
+    result.setup_seconds[name] = run.setup_seconds
+    return run
 
 
 def _agree(reference: list[np.ndarray], outputs: list[np.ndarray],
@@ -187,10 +159,6 @@ def _agree(reference: list[np.ndarray], outputs: list[np.ndarray],
     scale = max((float(np.max(np.abs(r))) for r in reference if r.size), default=1.0)
     scale = scale if math.isfinite(scale) and scale > 0 else 1.0
     return compare_outputs(reference, outputs, settings.rtol, settings.atol * scale)
-
-
-def _bound(prepared: Prepared, feeds: Mapping[str, np.ndarray]) -> Callable[[], Any]:
-    return lambda: prepared(feeds)
 
 
 def _outcome(result: OpResult) -> str:
