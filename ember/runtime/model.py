@@ -86,7 +86,6 @@ class CompiledModel:
             self._checks.setdefault(check.node_index, []).append(check)
         self._lock = threading.Lock()
         self._steps: int | None = None  # from the signature; None: cannot be profiled
-        self._input_alignment = ALIGNMENT  # what the library's code assumes (its signature)
         self._lib = self._load_library(artifact)
         self._weights = self._load_weights(artifact)
         self._host_nodes = self._resolve_host_nodes(host_resolver)
@@ -155,6 +154,7 @@ class CompiledModel:
             lib.ember_run_profiled.restype = ctypes.c_int32
             lib.ember_run_profiled.argtypes = [*run_arguments, ctypes.c_void_p]
             self._steps = signature.steps
+        # what the library's code assumes of an input pointer (64 for older libraries)
         self._input_alignment = signature.input_alignment
         if hasattr(lib, "ember_set_num_threads"):
             lib.ember_set_num_threads.argtypes = [ctypes.c_int32]

@@ -95,21 +95,23 @@ def test_other_convolutions_are_left_alone(why, model):
     assert [node.op for node in graph.nodes] == ["Conv", "Clip"]
 
 
-def test_the_op_rejects_shapes_that_do_not_fit_together():
-    opdef = get_op("DepthwiseConvBlocked")
-    x = np.zeros((1, 2, 5, 5, 8), np.float32)
-    with pytest.raises(Exception, match="lanes"):
-        opdef.reference(_Ctx(), x, np.zeros((2, 3, 3, 4), np.float32), strides=[1, 1],
-                        dilations=[1, 1])
-    with pytest.raises(Exception, match="does not fit"):
-        opdef.reference(_Ctx(), x, np.zeros((2, 7, 7, 8), np.float32), strides=[1, 1],
-                        dilations=[1, 1])
-
-
 class _Ctx:
+    """The node context the reference reports errors through."""
+
     @staticmethod
     def error(message: str) -> ValueError:
         return ValueError(message)
+
+
+def test_the_op_rejects_shapes_that_do_not_fit_together():
+    opdef = get_op("DepthwiseConvBlocked")
+    x = np.zeros((1, 2, 5, 5, 8), np.float32)
+    with pytest.raises(ValueError, match="lanes"):
+        opdef.reference(_Ctx(), x, np.zeros((2, 3, 3, 4), np.float32), strides=[1, 1],
+                        dilations=[1, 1])
+    with pytest.raises(ValueError, match="does not fit"):
+        opdef.reference(_Ctx(), x, np.zeros((2, 7, 7, 8), np.float32), strides=[1, 1],
+                        dilations=[1, 1])
 
 
 @pytest.mark.parametrize("case", list(CASES))
