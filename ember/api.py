@@ -10,9 +10,11 @@
 A model with dynamic dims is compiled for the shapes of its first call (or ``input_shapes``).
 When the graph keeps the samples of its batch apart (``ember.passes.batch_split``), a call with
 another batch size reuses that code block by block (a batch-1 specialization is compiled once
-for the remainders): every batch size is served by at most two specializations.  Other
-dynamic dims (a sequence length), and graphs that mix samples, get a specialization per input
-shape, as torch.compile does without dynamic shapes.  ``dynamic_batch=False`` (or
+for the remainders): every batch size is served by at most two specializations.  When the
+graph has other dynamic dims (a sequence length) and their symbols hide what it does with the
+batch (``x[:, :1]`` of a symbolic length), the question is asked again with those dims bound
+to the call's sizes.  Other dynamic dims, and graphs that mix samples, get a specialization
+per input shape, as torch.compile does without dynamic shapes.  ``dynamic_batch=False`` (or
 ``EMBER_DYNAMIC_BATCH=0``) asks for a specialization per batch size too.
 """
 
@@ -22,6 +24,7 @@ import logging
 import os
 import threading
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -29,11 +32,14 @@ import numpy as np
 
 from ember.driver.pipeline import Build, BuildOptions, build_graph
 from ember.core.config import parse_size
+from ember.core.dims import SymDim
 from ember.core.errors import EmberError, InputError
 from ember.core.target import Target
 from ember.ir.graph import Graph
 from ember.ir.types import TensorType
-from ember.passes.batch_split import BatchSplit, NotSeparable, analyze_batch_split
+from ember.passes.batch_split import (BatchSplit, NotSeparable, analyze_batch_split,
+                                      analyze_batch_split_at, batch_symbol,
+                                      mentions_other_symbols)
 from ember.runtime.binding import as_array, bind_call, bind_run, call_result
 from ember.runtime.blocks import plan_blocks, run_in_blocks
 from ember.runtime.errors import ModelLoadError
@@ -105,6 +111,10 @@ class Module:
         self.batch_split: BatchSplit | None = None
         self.batch_split_reason = ""
         self._block_sizes: dict[tuple, set[int]] = {}
+        # When the symbolic graph could not be decided but has other dynamic dims: the
+        # split decided with those dims bound, per their sizes (None: not separable).
+        self._split_at_sizes = False
+        self._splits_at_sizes: dict[tuple, BatchSplit | None] = {}
         if not self._all_static():
             self._plan_batch_split(dynamic_batch)
         if input_shapes is not None or self._all_static():
@@ -121,9 +131,41 @@ class Module:
             self.batch_split = analyze_batch_split(self.graph)
         except NotSeparable as why:
             self.batch_split_reason = str(why)
-            LOG.info("ember: %s: a specialization per batch size: %s", self.graph.name, why)
+            if mentions_other_symbols(self.graph):
+                self._split_at_sizes = True  # decided again at the first call's sizes
+            else:
+                LOG.info("ember: %s: a specialization per batch size: %s", self.graph.name,
+                         why)
         except EmberError as error:  # the graph is broken; compiling it will say so
             self.batch_split_reason = f"not analysed: {error}"
+
+    def _split_for(self, shapes: dict[str, tuple[int, ...]]) -> BatchSplit | None:
+        """How calls with these sizes of the non-batch dims are served in blocks (None: a
+        specialization per batch size)."""
+        if not self._split_at_sizes:
+            return self.batch_split
+        symbol = batch_symbol(self.graph)
+        key = tuple(sorted((name, tuple(size for dim, size in zip(
+            self.graph.types[name].shape, shape)
+            if not (isinstance(dim, SymDim) and symbol in dim.symbols)))
+            for name, shape in shapes.items()))
+        with self._variants_lock:
+            if key in self._splits_at_sizes:
+                return self._splits_at_sizes[key]
+        sizes = ", ".join(f"{n}{list(s)}" for n, s in shapes.items())
+        try:
+            split: BatchSplit | None = analyze_batch_split_at(self.graph, shapes)
+            reason = f"decided with the other dims bound to the sizes of {sizes}"
+            LOG.info("ember: %s: the batch runs in blocks, %s", self.graph.name, reason)
+        except NotSeparable as why:
+            split, reason = None, str(why)
+            LOG.info("ember: %s: a specialization per batch size: %s", self.graph.name, why)
+        except EmberError as error:  # the graph is broken; compiling it will say so
+            split, reason = None, f"not analysed: {error}"
+        with self._variants_lock:
+            self._splits_at_sizes.setdefault(key, split)
+            self.batch_split, self.batch_split_reason = split, reason
+            return self._splits_at_sizes[key]
 
     def _all_static(self) -> bool:
         return all(isinstance(self.graph.types.get(n), TensorType)
@@ -209,16 +251,14 @@ class Module:
         arrays, plan = self._bind(feeds, blocks=True)
         if isinstance(plan, tuple):
             return plan[1]._run(arrays)  # bound and checked above
-        split = self.batch_split
-        assert split is not None
-        return run_in_blocks(arrays, split.inputs, split.batch_outputs,
-                             [(size, variant[1]._run) for size, variant in plan])
+        return run_in_blocks(arrays, plan.split.inputs, plan.split.batch_outputs,
+                             [(size, variant[1]._run) for size, variant in plan.blocks])
 
     def _bind(self, feeds: Mapping[str, Any], blocks: bool = False
               ) -> tuple[dict[str, np.ndarray], Any]:
         """The checked input arrays, and the variant compiled for their shapes; with
-        ``blocks``, a batch the compiled blocks serve gives instead the list of (block size,
-        variant) that covers it, in order (see :meth:`_block_plan`)."""
+        ``blocks``, a batch the compiled blocks serve gives instead the :class:`_BlockPlan`
+        that covers it (see :meth:`_block_plan`)."""
         from ember.interp.reference import check_inputs
 
         # Arrays of dtypes and shapes seen before go straight to their variant, whose runtime
@@ -233,8 +273,9 @@ class Module:
                   for name, value in feeds.items()}
         check_inputs(self.graph, arrays)  # dtype, rank, static dims: before compiling
         shapes = self._shapes_from({name: tuple(array.shape) for name, array in arrays.items()})
-        if blocks and self.batch_split is not None:
-            plan = self._block_plan(shapes)
+        split = self._split_for(shapes) if blocks else None
+        if split is not None:
+            plan = self._block_plan(shapes, split)
             if plan is not None:
                 return arrays, plan
         variant = self._variant(shapes)
@@ -243,12 +284,10 @@ class Module:
                 self._by_call_key[call_key] = variant
         return arrays, variant
 
-    def _block_plan(self, shapes: dict[str, tuple[int, ...]]
-                    ) -> list[tuple[int, tuple[Build, CompiledModel]]] | None:
+    def _block_plan(self, shapes: dict[str, tuple[int, ...]], split: BatchSplit
+                    ) -> "_BlockPlan | None":
         """The blocks (size, variant) that serve this batch, in order; None when it runs as
         one specialization: the first batch size seen, one already compiled, or 0."""
-        split = self.batch_split
-        assert split is not None
         batch = shapes[split.inputs[0]][0]
         if batch == 0 or any(shapes[name][0] != batch for name in split.inputs):
             return None  # inputs that disagree on the batch: the compiler reports it
@@ -266,17 +305,11 @@ class Module:
                      "on the compiled blocks %s and 1", self.graph.name, sorted(known))
             order = plan_blocks(batch, known | {1})
             assert order is not None
-        variants = {size: self._variant(self._with_batch(shapes, size)) for size in set(order)}
+        variants = {size: self._variant(_with_batch(shapes, size, split))
+                    for size in set(order)}
         with self._variants_lock:
             sizes.update(variants)
-        return [(size, variants[size]) for size in order]
-
-    def _with_batch(self, shapes: dict[str, tuple[int, ...]],
-                    size: int) -> dict[str, tuple[int, ...]]:
-        split = self.batch_split
-        assert split is not None
-        return {name: ((size,) + shape[1:] if name in split.inputs else shape)
-                for name, shape in shapes.items()}
+        return _BlockPlan(split, [(size, variants[size]) for size in order])
 
     def _call_key(self, feeds: Mapping[str, Any]) -> tuple | None:
         """(dtype, shape) of every input when all are plain arrays of the graph's inputs (the
@@ -336,6 +369,21 @@ class Module:
         from ember.package.artifact import save_artifact
 
         return save_artifact(self.build, path)
+
+
+@dataclass(frozen=True)
+class _BlockPlan:
+    """A call served in blocks: how the graph splits, and (block size, variant) in order."""
+
+    split: BatchSplit
+    blocks: list[tuple[int, tuple[Build, CompiledModel]]]
+
+
+def _with_batch(shapes: dict[str, tuple[int, ...]], size: int,
+                split: BatchSplit) -> dict[str, tuple[int, ...]]:
+    """``shapes`` with the batch inputs' first dim set to ``size``."""
+    return {name: ((size,) + shape[1:] if name in split.inputs else shape)
+            for name, shape in shapes.items()}
 
 
 def _describe(vtype: Any) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -66,7 +66,7 @@ class NotSeparable(Exception):
 
 def analyze_batch_split(graph: Graph) -> BatchSplit:
     """The :class:`BatchSplit` of ``graph``, or :class:`NotSeparable` saying why not."""
-    symbol = _batch_symbol(graph)
+    symbol = batch_symbol(graph)
     known = _known_values(graph)
     kinds: dict[str, Kind | IndexKind] = {name: Kind.STATIC for name in graph.constants}
     batch_inputs = []
@@ -98,6 +98,49 @@ def analyze_batch_split(graph: Graph) -> BatchSplit:
     return BatchSplit(symbol, tuple(batch_inputs), tuple(batch_outputs))
 
 
+def analyze_batch_split_at(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> BatchSplit:
+    """:func:`analyze_batch_split` of ``graph`` with every input dim but the batch bound to
+    ``shapes`` (the sizes of a call).
+
+    Without the other sizes some shapes are unknowable: ``x[:, :1]`` of a dim ``S`` has ``1``
+    element only when ``S >= 1``, and a graph with such a value cannot be analysed at all.
+    Bound, they are plain numbers and only the batch stays symbolic; the answer then holds
+    for calls with these other sizes (the caller asks again for others).
+    """
+    from ember.passes.infer_shapes import infer_shapes
+
+    symbol = batch_symbol(graph)
+    bound = Graph(name=graph.name, inputs=list(graph.inputs), outputs=list(graph.outputs),
+                  nodes=list(graph.nodes), types={}, constants=dict(graph.constants),
+                  metadata=dict(graph.metadata))
+    for name, vtype in graph.types.items():
+        if name in graph.constants or (isinstance(vtype, TensorType) and vtype.is_static):
+            bound.types[name] = vtype  # symbolic or partial types are inferred again
+    for name in graph.inputs:
+        vtype = graph.types.get(name)
+        shape = shapes.get(name)
+        if not isinstance(vtype, TensorType) or vtype.shape is None or shape is None or \
+                len(shape) != len(vtype.shape):
+            raise NotSeparable(f"input '{name}' has no shape to bind ({vtype})")
+        bound.types[name] = TensorType(vtype.dtype, tuple(
+            dim if isinstance(dim, SymDim) and symbol in dim.symbols else int(size)
+            for dim, size in zip(vtype.shape, shape)))
+    infer_shapes(bound, check_declared=False)
+    return analyze_batch_split(bound)
+
+
+def mentions_other_symbols(graph: Graph) -> bool:
+    """Whether an input has a symbolic dim other than the batch symbol (so that binding the
+    other dims, :func:`analyze_batch_split_at`, may decide what the symbolic graph cannot)."""
+    try:
+        symbol = batch_symbol(graph)
+    except NotSeparable:
+        return False
+    return any(isinstance(d, SymDim) and d.symbols - {symbol}
+               for name in graph.inputs
+               for d in (getattr(graph.types.get(name), "shape", None) or ()))
+
+
 # ----------------------------------------------------------------------------- values
 def _known_values(graph: Graph) -> dict[str, object]:
     """The values shape inference knows (shape computations, with symbols), per name."""
@@ -116,7 +159,7 @@ def _value_mentions(value: object, symbol: str) -> bool:
                for v in np.asarray(value, dtype=object).reshape(-1))
 
 
-def _batch_symbol(graph: Graph) -> str:
+def batch_symbol(graph: Graph) -> str:
     """The one symbol that starts the shapes of the inputs that have symbolic dims."""
     leading = set()
     for name in graph.inputs:

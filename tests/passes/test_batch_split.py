@@ -14,7 +14,8 @@ import pytest
 
 from ember.interp.reference import ReferenceExecutor
 from ember.ir.parser import parse_graph
-from ember.passes.batch_split import BatchSplit, NotSeparable, analyze_batch_split
+from ember.passes.batch_split import (BatchSplit, NotSeparable, analyze_batch_split,
+                                      analyze_batch_split_at)
 from ember.passes.infer_shapes import infer_shapes
 from ember.runtime.blocks import plan_blocks, run_in_blocks
 
@@ -305,6 +306,44 @@ def test_inputs_without_the_batch_go_whole_to_every_block() -> None:
                            [(size, executor.run) for size in BLOCKS])
     np.testing.assert_array_equal(blocks["y"], feeds["x"] + feeds["bias"])
     np.testing.assert_array_equal(blocks["b2"], feeds["bias"] ** 2)
+
+
+# Each token minus the sequence's first: ``x[:, :1]`` has 1 token only when S >= 1, so with S
+# symbolic its shape is unknown and the graph cannot be analysed; with S bound it can.
+FIRST_TOKEN = """
+    graph main(%x: f32[N, S, 4]) -> (%y: f32[N, S, 4]) {
+      const %zero: i64[1] = [0]
+      const %one: i64[1] = [1]
+      %first = Slice(%x, %zero, %one, %one)
+      %y = Sub(%x, %first)
+    }"""
+
+
+def test_binding_the_other_dims_decides_what_their_symbols_hide() -> None:
+    graph = _graph(FIRST_TOKEN)
+    with pytest.raises(NotSeparable, match="no known shape"):
+        analyze_batch_split(graph)
+    split = analyze_batch_split_at(graph, {"x": (5, 6, 4)})
+    assert split == BatchSplit("N", ("x",), ("y",))
+    executor = ReferenceExecutor(graph)
+    feeds = {"x": np.random.default_rng(0).standard_normal((5, 6, 4)).astype(np.float32)}
+    blocks = run_in_blocks(feeds, split.inputs, split.batch_outputs,
+                           [(size, executor.run) for size in BLOCKS])
+    np.testing.assert_allclose(blocks["y"], feeds["x"] - feeds["x"][:, :1], rtol=1e-6)
+    assert graph.types["first"].shape[1] is None  # binding left the graph itself symbolic
+
+
+def test_binding_the_other_dims_still_refuses_a_mix() -> None:
+    """The first token averaged over the batch: bound or not, samples are mixed."""
+    graph = _graph(FIRST_TOKEN.replace(
+        "%y = Sub(%x, %first)",
+        "%mean = ReduceMean(%first, %zero) {keepdims=1}\n      %y = Sub(%x, %mean)"))
+    with pytest.raises(NotSeparable, match="ReduceMean"):
+        analyze_batch_split_at(graph, {"x": (5, 6, 4)})
+    executor = ReferenceExecutor(graph)
+    x = np.random.default_rng(1).standard_normal((5, 6, 4)).astype(np.float32)
+    blocks = run_in_blocks({"x": x}, ("x",), ("y",), [(size, executor.run) for size in BLOCKS])
+    assert not np.allclose(blocks["y"], executor.run({"x": x})["y"])
 
 
 @pytest.mark.parametrize("batch, sizes, expected", [

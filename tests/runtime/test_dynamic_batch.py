@@ -97,3 +97,41 @@ def test_dynamic_batch_can_be_turned_off(caplog, monkeypatch) -> None:
     monkeypatch.setenv("EMBER_DYNAMIC_BATCH", "0")
     assert ember.compile(proto).batch_split is None
     assert len(_compilations(caplog)) == 2
+
+
+def _first_token_model() -> onnx.ModelProto:
+    """x[N, S, 4] minus its first token, times a weight: ``x[:, :1]`` has an unknown length
+    while S is symbolic, so the batch split is decided with S bound to a call's length."""
+    weight = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    inits = [numpy_helper.from_array(weight, "w"),
+             numpy_helper.from_array(np.array([0], dtype=np.int64), "zero"),
+             numpy_helper.from_array(np.array([1], dtype=np.int64), "one")]
+    nodes = [helper.make_node("Slice", ["x", "zero", "one", "one"], ["first"]),
+             helper.make_node("Sub", ["x", "first"], ["d"]),
+             helper.make_node("MatMul", ["d", "w"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "first_token", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             ["N", "S", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "S", 3])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_batch_split_hidden_by_another_dynamic_dim_is_decided_at_its_size(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="ember")
+    proto = _first_token_model()
+    module = ember.compile(proto)
+    assert module.batch_split is None and "no known shape" in module.batch_split_reason
+    session = ort.InferenceSession(proto.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    calls = [(4, 6), (3, 6), (9, 6), (2, 5), (3, 5), (4, 6)]
+    for batch, length in calls:
+        x = np.random.default_rng(batch * length).standard_normal(
+            (batch, length, 4)).astype(np.float32)
+        np.testing.assert_allclose(module(x), session.run(None, {"x": x})[0], rtol=1e-5,
+                                   atol=1e-6, err_msg=f"batch {batch}, length {length}")
+    assert module.batch_split is not None, module.batch_split_reason
+    compiled = _compilations(caplog)
+    # per length: its first batch size, then a batch-1 block for every other size
+    assert len(compiled) == 4, compiled
+    assert [c.split("x[")[1].split("]")[0] for c in compiled] == \
+        ["4, 6, 4", "1, 6, 4", "2, 5, 4", "1, 5, 4"]
