@@ -3,6 +3,7 @@
     ember bench --quick                                  # tiny models, a couple of minutes
     ember bench --models resnet18 bert_base --batch 1 --json out.json --png out.png
     ember bench --batch 1 --exporter both --peers ember onnxruntime openvino
+    ember bench --peak                                   # + GFLOP/s as % of the FMA peak
     ember bench --models mlp bert_base --batch 1 16 --ops --peak   # each distinct heavy op
 
 ember/cli.py declares the subcommand through :func:`add_bench_parser`; this module imports
@@ -17,7 +18,7 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -27,6 +28,9 @@ from ember.bench.export import EXPORTERS, ExportRecord, export_model
 from ember.bench.peers import PEERS, Peer
 from ember.bench.runner import CaseResult, Log, Settings, run_case
 from ember.bench.zoo import ZOO, ZooEntry
+
+if TYPE_CHECKING:
+    from ember.bench.efficiency import Machine
 
 DEFAULT_THREADS = 2
 DEFAULT_ROUNDS, QUICK_ROUNDS = 10, 5
@@ -97,8 +101,9 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
                              "MatMul/Gemm, torch's matmul ('mkl'; dropped when --peers omits "
                              "torch), sorted by count x ORT time")
     parser.add_argument("--peak", action="store_true",
-                        help="with --ops: measure the fp32 FMA peak now and show ember's "
-                             "GFLOP/s as %% of it")
+                        help="measure the fp32 FMA peak (and, for whole models, the memory "
+                             "bandwidth) in this run and show GFLOP/s as %% of it: per model "
+                             "and contender, or with --ops per op for ember")
     parser.add_argument("--export-only", action="store_true",
                         help="only build and export the models; print which exporter worked")
     parser.add_argument("--refresh-exports", action="store_true",
@@ -174,11 +179,24 @@ def run_bench_command(args: argparse.Namespace, console: Console) -> int:
         console.print(Text("no peer is available: nothing to measure", style="red"))
         return 2
 
+    machine = _measure_machine(settings, log) if args.peak else None
     with _thread_limits(settings.threads):
         results = run_bench(entries, batches, exporters, peers, settings, log)
+    if machine is not None:
+        machine.after = _measure_machine(settings, log).before
     _report(results, peers, exporters, settings, skipped_peers, skipped_models, args,
-            _wide(console))
+            _wide(console), machine)
     return 0
+
+
+def _measure_machine(settings: Settings, log: Log) -> Machine:
+    from ember.bench.efficiency import Machine
+    from ember.profile.peak import measure_peak
+
+    log(f"measuring the FMA peak and the memory bandwidth on {settings.threads} thread(s) ...")
+    peak = measure_peak(settings.threads)
+    log(f"  {peak.fma_gflops:.1f} GFLOP/s, {peak.bandwidth_gbs:.1f} GB/s")
+    return Machine(peak)
 
 
 def _wide(console: Console) -> Console:
@@ -259,11 +277,16 @@ def _thread_limits(threads: int) -> Iterator[None]:
 
 def _report(results: list[CaseResult], peers: list[Peer], exporters: list[str],
             settings: Settings, skipped_peers: dict[str, str], skipped_models: dict[str, str],
-            args: argparse.Namespace, console: Console) -> None:
+            args: argparse.Namespace, console: Console, machine: Machine | None = None
+            ) -> None:
+    from ember.bench.efficiency import count_work, efficiency_json, render_efficiency_table
     from ember.bench.report import (print_problems, render_compile_table, render_table,
                                     results_json, write_json, write_png)
 
     console.print(render_table(results, peers, settings, exporters))
+    work = count_work(results) if machine is not None else None
+    if machine is not None and work is not None:
+        console.print(render_efficiency_table(results, peers, exporters, work, machine))
     compile_table = render_compile_table(results, peers, settings)
     if compile_table is not None:
         console.print(compile_table)
@@ -271,6 +294,8 @@ def _report(results: list[CaseResult], peers: list[Peer], exporters: list[str],
     if args.json is not None:
         payload = results_json(results, peers, settings, skipped_peers, skipped_models,
                                sys.argv)
+        if machine is not None and work is not None:
+            payload.update(efficiency_json(work, machine))
         write_json(payload, args.json)
         console.print(f"wrote {args.json}")
     if args.png is not None:
