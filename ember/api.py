@@ -285,7 +285,7 @@ class Module:
         return arrays, variant
 
     def _block_plan(self, shapes: dict[str, tuple[int, ...]], split: BatchSplit
-                    ) -> "_BlockPlan | None":
+                    ) -> _BlockPlan | None:
         """The blocks (size, variant) that serve this batch, in order; None when it runs as
         one specialization: the first batch size seen, one already compiled, or 0."""
         batch = shapes[split.inputs[0]][0]
