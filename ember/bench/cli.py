@@ -31,6 +31,7 @@ from ember.bench.zoo import ZOO, ZooEntry
 
 if TYPE_CHECKING:
     from ember.bench.efficiency import Machine
+    from ember.profile.peak import Peak
 
 DEFAULT_THREADS = 2
 DEFAULT_ROUNDS, QUICK_ROUNDS = 10, 5
@@ -179,24 +180,26 @@ def run_bench_command(args: argparse.Namespace, console: Console) -> int:
         console.print(Text("no peer is available: nothing to measure", style="red"))
         return 2
 
-    machine = _measure_machine(settings, log) if args.peak else None
+    before = _measure_peak(settings, log) if args.peak else None
     with _thread_limits(settings.threads):
         results = run_bench(entries, batches, exporters, peers, settings, log)
-    if machine is not None:
-        machine.after = _measure_machine(settings, log).before
+    machine = None
+    if before is not None:
+        from ember.bench.efficiency import Machine
+
+        machine = Machine(before, _measure_peak(settings, log))
     _report(results, peers, exporters, settings, skipped_peers, skipped_models, args,
             _wide(console), machine)
     return 0
 
 
-def _measure_machine(settings: Settings, log: Log) -> Machine:
-    from ember.bench.efficiency import Machine
+def _measure_peak(settings: Settings, log: Log) -> Peak:
     from ember.profile.peak import measure_peak
 
     log(f"measuring the FMA peak and the memory bandwidth on {settings.threads} thread(s) ...")
     peak = measure_peak(settings.threads)
     log(f"  {peak.fma_gflops:.1f} GFLOP/s, {peak.bandwidth_gbs:.1f} GB/s")
-    return Machine(peak)
+    return peak
 
 
 def _wide(console: Console) -> Console:

@@ -64,10 +64,12 @@ class NotSeparable(Exception):
     """The graph may combine samples; the message says where."""
 
 
-def analyze_batch_split(graph: Graph) -> BatchSplit:
-    """The :class:`BatchSplit` of ``graph``, or :class:`NotSeparable` saying why not."""
+def analyze_batch_split(graph: Graph, known: dict[str, object] | None = None) -> BatchSplit:
+    """The :class:`BatchSplit` of ``graph``, or :class:`NotSeparable` saying why not.
+    ``known``: the values shape inference knows, when the caller has just inferred them."""
     symbol = batch_symbol(graph)
-    known = _known_values(graph)
+    if known is None:
+        known = _known_values(graph)
     kinds: dict[str, Kind | IndexKind] = {name: Kind.STATIC for name in graph.constants}
     batch_inputs = []
     for name in graph.inputs:
@@ -125,8 +127,9 @@ def analyze_batch_split_at(graph: Graph, shapes: Mapping[str, Sequence[int]]) ->
         bound.types[name] = TensorType(vtype.dtype, tuple(
             dim if isinstance(dim, SymDim) and symbol in dim.symbols else int(size)
             for dim, size in zip(vtype.shape, shape)))
-    infer_shapes(bound, check_declared=False)
-    return analyze_batch_split(bound)
+    known: dict[str, object] = {}
+    infer_shapes(bound, check_declared=False, known_out=known)
+    return analyze_batch_split(bound, known)
 
 
 def mentions_other_symbols(graph: Graph) -> bool:
