@@ -41,7 +41,9 @@ from ember.passes.batch_split import (BatchSplit, NotSeparable, analyze_batch_sp
                                       analyze_batch_split_at, batch_symbol,
                                       mentions_other_symbols)
 from ember.runtime.binding import as_array, bind_call, bind_run, call_result
+from ember.runtime.blocked import BatchBlockedModel
 from ember.runtime.blocks import plan_blocks, run_in_blocks
+from ember.runtime.loader import load as load_artifact
 from ember.runtime.errors import ModelLoadError
 from ember.runtime.manifest import HostNodeEntry
 from ember.runtime.model import CompiledModel, HostFunction
@@ -287,7 +289,9 @@ class Module:
     def _block_plan(self, shapes: dict[str, tuple[int, ...]], split: BatchSplit
                     ) -> _BlockPlan | None:
         """The blocks (size, variant) that serve this batch, in order; None when it runs as
-        one specialization: the first batch size seen, one already compiled, or 0."""
+        one specialization: the first batch size seen, the first above 1 when that was 1
+        (so that large batches do not run one sample at a time), one already compiled, or
+        0."""
         batch = shapes[split.inputs[0]][0]
         if batch == 0 or any(shapes[name][0] != batch for name in split.inputs):
             return None  # inputs that disagree on the batch: the compiler reports it
@@ -296,7 +300,7 @@ class Module:
         with self._variants_lock:
             sizes = self._block_sizes.setdefault(others, set())
             known = set(sizes)
-            if batch in known or not known:
+            if batch in known or not known or known == {1}:
                 sizes.add(batch)
                 return None
         order = plan_blocks(batch, known)
@@ -364,11 +368,51 @@ class Module:
     def report(self) -> str:
         return self.build.report()
 
-    def save(self, path: str | Path) -> Path:
-        """Write the artifact of the current specialization to directory ``path``."""
-        from ember.package.artifact import save_artifact
+    def save(self, path: str | Path, *, batch_blocks: bool | None = None) -> Path:
+        """Write the artifact of the current specialization to directory ``path``.
 
-        return save_artifact(self.build, path)
+        A module that runs its batch in blocks (:attr:`batch_split`) saves instead every block
+        size compiled for the current sizes of its other dims, and a block of 1 sample
+        (compiled now if it was not yet): the artifact then runs any batch size, as this
+        module does (``ember.runtime.BatchBlockedModel``).  ``batch_blocks=False`` saves the
+        current specialization alone; ``True`` insists on blocks and says why it cannot.
+        """
+        from ember.package.artifact import save_artifact, save_batch_blocks
+
+        build = self.build
+        plan = self._saved_blocks() if batch_blocks is not False else None
+        if plan is None:
+            if batch_blocks:
+                raise InputError(f"model '{self.graph.name}' cannot be saved in batch blocks: "
+                                 f"{self.batch_split_reason or 'its inputs have no dynamic batch'}")
+            return save_artifact(build, path)
+        split, builds = plan
+        return save_batch_blocks(builds, split.inputs, split.batch_outputs, path)
+
+    def _saved_blocks(self) -> tuple[BatchSplit, dict[int, Build]] | None:
+        """The split and the build of every block size to save for the current sizes of the
+        non-batch dims (a block of 1 compiled if missing); None when the batch is not split."""
+        if self._all_static() or self._last is None:
+            return None
+        last = self._last
+        with self._variants_lock:
+            shapes = next(dict(key) for key, variant in self._variants.items() if variant is last)
+        split = self._split_for(shapes)
+        if split is None:
+            return None
+        others = tuple(sorted((name, shape[1:] if name in split.inputs else shape)
+                              for name, shape in shapes.items()))
+        with self._variants_lock:
+            sizes = set(self._block_sizes.get(others, ())) | {shapes[split.inputs[0]][0], 1}
+        sizes.discard(0)
+        if 1 not in self._block_sizes.get(others, ()):
+            LOG.info("ember: %s: compiling a batch-1 block, so that the saved model runs every "
+                     "batch size", self.graph.name)
+        builds = {size: self._variant(_with_batch(shapes, size, split))[0] for size in sizes}
+        with self._variants_lock:
+            self._block_sizes.setdefault(others, set()).update(builds)
+        self._last = last  # saving compiles blocks; the current specialization stays current
+        return split, builds
 
 
 @dataclass(frozen=True)
@@ -508,12 +552,14 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     return Module(graph, options, input_shapes, dynamic_batch=dynamic_batch)
 
 
-def load(path: str | Path, *, expected_digest: str | None = None) -> CompiledModel:
-    """Load an artifact, with ember's numpy references available for fallback nodes.
+def load(path: str | Path, *, expected_digest: str | None = None
+         ) -> CompiledModel | BatchBlockedModel:
+    """Load an artifact, with ember's numpy references available for fallback nodes: a
+    model for one set of input shapes, or one saved to run any batch size in blocks.
 
-    ``expected_digest`` (a ``CompiledModel.digest`` recorded earlier) refuses any other
+    ``expected_digest`` (the ``digest`` of a model loaded earlier) refuses any other
     artifact; without it, loading runs the artifact's library, so load only artifacts from a
     source you trust.
     """
-    return CompiledModel(path, host_resolver=_resolve_from_manifest,
+    return load_artifact(path, host_resolver=_resolve_from_manifest,
                          expected_digest=expected_digest)

@@ -39,6 +39,7 @@ from ember.ir.serialize import load_graph, save_graph
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ir.verifier import verify
 from ember.ops.registry import get_op
+from ember.passes.batch_split import BatchSplit, NotSeparable, batch_split_for
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
 # ``inspect`` prints the IR by default when the graph has at most this many nodes.
@@ -575,6 +576,10 @@ def _add_compile(commands: argparse._SubParsersAction) -> None:
                         help="native (default), x86_64-avx2, x86_64-avx512, ...")
     parser.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
     _add_dim_option(parser, "size of a symbolic dimension (required for dynamic inputs)")
+    parser.add_argument("--no-batch-blocks", dest="batch_blocks", action="store_false",
+                        help="for a model with a dynamic batch that it keeps apart, save only "
+                             "the given batch size (default: also a block of 1 sample, so "
+                             "that the artifact runs any batch size)")
     _add_memory_limit_option(parser)
     parser.set_defaults(handler=_compile)
 
@@ -582,7 +587,7 @@ def _add_compile(commands: argparse._SubParsersAction) -> None:
 def _compile(args: argparse.Namespace, console: Console) -> int:
     from ember.driver import BuildOptions, build_graph
     from ember.core.target import Target
-    from ember.package import save_artifact
+    from ember.package import save_artifact, save_batch_blocks
 
     graph = _load(args.model, args.memory_limit)
     shapes = _compile_shapes(graph, _bindings(graph, args.dim))
@@ -591,10 +596,38 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
     options = BuildOptions(target=Target.parse(args.target), opt_level=args.opt_level,
                            memory_limit=args.memory_limit)
     build = build_graph(graph, shapes, options)
-    path = save_artifact(build, args.output)
     console.print(build.report())
+    split = _batch_blocks(graph, shapes, console) if args.batch_blocks else None
+    if split is None:
+        path = save_artifact(build, args.output)
+    else:
+        builds = {shapes[split.inputs[0]][0]: build}
+        if 1 not in builds:
+            one = {name: (1, *shape[1:]) if name in split.inputs else shape
+                   for name, shape in shapes.items()}
+            builds[1] = build_graph(graph, one, options)
+        path = save_batch_blocks(builds, split.inputs, split.batch_outputs, args.output)
+        console.print(f"batch blocks of {' and '.join(map(str, sorted(builds, reverse=True)))}"
+                      f" sample(s): the artifact runs any batch size of "
+                      f"{', '.join(split.inputs)}")
     console.print(f"wrote {path}")
     return EXIT_OK
+
+
+def _batch_blocks(graph: Graph, shapes: Mapping[str, tuple[int, ...]],
+                  console: Console) -> BatchSplit | None:
+    """The graph's :class:`BatchSplit` at these shapes when its inputs have a dynamic batch
+    that it keeps apart; None (saying why when there is a dynamic batch) otherwise."""
+    if all(isinstance(graph.types.get(n), TensorType) and graph.types[n].is_static
+           for n in graph.inputs):
+        return None
+    try:
+        split = batch_split_for(graph, shapes)
+    except NotSeparable as why:
+        console.print(f"note: one specialization only (the batch is not split in blocks: "
+                      f"{why})")
+        return None
+    return split if shapes[split.inputs[0]][0] > 0 else None
 
 
 def _compile_shapes(graph: Graph, bindings: Mapping[str, int],

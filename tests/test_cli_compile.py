@@ -54,7 +54,8 @@ def _assert_error(status, out, err, *fragments):
 def test_compile_writes_an_artifact_that_run_runs(tmp_path, capsys):
     model = _dense_model(tmp_path)
     artifact = tmp_path / "out.ember"
-    status, out, err = _run(capsys, "compile", model, "-o", artifact, "--dim", "N=4")
+    status, out, err = _run(capsys, "compile", model, "-o", artifact, "--dim", "N=4",
+                            "--no-batch-blocks")
     assert status == 0 and err == "", err
     assert "2 nodes in 1 compiled kernel (1 fused from several nodes) and 0 numpy fallbacks" \
         in out and f"wrote {artifact}" in out
@@ -75,6 +76,36 @@ def test_compile_writes_an_artifact_that_run_runs(tmp_path, capsys):
                                np.maximum(x @ W, 0), rtol=1e-5, atol=1e-6)
 
 
+def test_compile_of_a_dynamic_batch_writes_blocks_that_run_any_batch(tmp_path, capsys):
+    artifact = tmp_path / "blocks.ember"
+    status, out, err = _run(capsys, "compile", _dense_model(tmp_path), "-o", artifact,
+                            "--dim", "N=4")
+    assert status == 0 and err == "", err
+    assert "batch blocks of 4 and 1 sample(s)" in out
+    assert sorted(p.name for p in artifact.iterdir()) == ["b1", "b4", "blocks.json"]
+    x = RNG.standard_normal((7, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    status, out, err = _run(capsys, "run", artifact, "--input", f"x={tmp_path / 'x.npy'}",
+                            "--output-dir", tmp_path / "outputs")
+    assert status == 0 and err == "", err
+    np.testing.assert_allclose(np.load(tmp_path / "outputs" / "y.npy"), np.maximum(x @ W, 0),
+                               rtol=1e-5, atol=1e-6)
+    np.save(tmp_path / "bad.npy", np.zeros((7, 2), np.float32))
+    status, out, err = _run(capsys, "run", artifact, "--input", f"x={tmp_path / 'bad.npy'}")
+    _assert_error(status, out, err, "input 'x'", "(7, 2)", "float32[N, 3]")
+
+
+def test_compile_of_a_batch_it_cannot_split_writes_one_specialization(tmp_path, capsys):
+    model = _save(tmp_path, [helper.make_node("Softmax", ["x"], ["y"], axis=0)],
+                  [helper.make_tensor_value_info("x", F32, ["N", 3])],
+                  [helper.make_tensor_value_info("y", F32, None)])
+    artifact = tmp_path / "one.ember"
+    status, out, err = _run(capsys, "compile", model, "-o", artifact, "--dim", "N=2")
+    assert status == 0, err
+    assert "one specialization only" in out and "Softmax" in out
+    assert (artifact / "manifest.json").exists() and not (artifact / "blocks.json").exists()
+
+
 def test_run_of_an_artifact_with_random_inputs(tmp_path, capsys):
     artifact = tmp_path / "static.ember"
     assert main(["compile", str(_dense_model(tmp_path, batch=2)), "-o", str(artifact)]) == 0
@@ -91,7 +122,8 @@ def test_compile_replaces_an_existing_artifact(tmp_path, capsys):
     model = _dense_model(tmp_path)
     artifact = tmp_path / "out.ember"
     for batch in (2, 5):
-        status, _, err = _run(capsys, "compile", model, "-o", artifact, "--dim", f"N={batch}")
+        status, _, err = _run(capsys, "compile", model, "-o", artifact, "--dim", f"N={batch}",
+                              "--no-batch-blocks")
         assert status == 0, err
         manifest = json.loads((artifact / "manifest.json").read_text())
         assert manifest["inputs"][0]["shape"] == [batch, 3]
@@ -158,7 +190,7 @@ def test_compile_with_an_unknown_target(tmp_path, capsys):
 def test_run_of_an_artifact_with_a_wrong_input_shape(tmp_path, capsys):
     artifact = tmp_path / "out.ember"
     assert main(["compile", str(_dense_model(tmp_path)), "-o", str(artifact),
-                 "--dim", "N=4"]) == 0
+                 "--dim", "N=4", "--no-batch-blocks"]) == 0
     np.save(tmp_path / "x.npy", np.zeros((5, 3), np.float32))
     capsys.readouterr()
     status, out, err = _run(capsys, "run", artifact, "--input", f"x={tmp_path / 'x.npy'}")

@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,9 +24,12 @@ from ember.driver.pipeline import Build, describe_value
 from ember.core.errors import EmberError
 from ember.core.target import Target
 from ember.runtime.artifact import MAX_LIBRARY_BYTES
+from ember.runtime.blocked import (BLOCKS_FILE, BLOCKS_FORMAT, BLOCKS_FORMAT_VERSION,
+                                   block_directory, parse_block_index)
 from ember.runtime.files import ArtifactDirectory
-from ember.runtime.manifest import (FORMAT, FORMAT_VERSION, HOST_NODES_FILE, LIBRARY_FILE,
-                                    MANIFEST_FILE, WEIGHTS_FILE, parse_manifest, seal)
+from ember.runtime.manifest import (DIGEST_FIELD, FORMAT, FORMAT_VERSION, HOST_NODES_FILE,
+                                    LIBRARY_FILE, MANIFEST_FILE, WEIGHTS_FILE, parse_manifest,
+                                    seal)
 
 
 def host_node_entries(build: Build) -> list[dict[str, Any]]:
@@ -116,16 +119,57 @@ def pack_artifact(build: Build) -> PackedArtifact:
 def save_artifact(build: Build, path: str | Path) -> Path:
     """Write the artifact directory ``path`` (replacing an existing artifact there)."""
     packed = pack_artifact(build)
-    path = Path(path)
+    return _write_in_place(Path(path), lambda staging: _write_packed(packed, staging))
+
+
+def save_batch_blocks(builds: Mapping[int, Build], batch_inputs: Sequence[str],
+                      batch_outputs: Sequence[str], path: str | Path) -> Path:
+    """Write a batch-blocked artifact (format: ``ember.runtime.blocked``): ``builds`` maps
+    each block size to the build compiled for that many samples (a block of 1 among them);
+    ``batch_inputs`` and ``batch_outputs`` are the values whose first dim is the batch."""
+    if 1 not in builds:
+        raise EmberError("a batch-blocked artifact needs a block of 1 sample, so that every "
+                         "batch size can be served")
+    packed = {size: pack_artifact(builds[size]) for size in sorted(builds, reverse=True)}
+    index = seal({
+        "format": BLOCKS_FORMAT,
+        "format_version": BLOCKS_FORMAT_VERSION,
+        "ember_version": __version__,
+        "model": builds[1].graph.name,
+        "batch_inputs": list(batch_inputs),
+        "batch_outputs": list(batch_outputs),
+        "blocks": [{"size": size, "manifest_sha256": part.manifest[DIGEST_FIELD]}
+                   for size, part in packed.items()],
+    })
+    parse_block_index(index, "the index of a batch-blocked artifact")  # a writer bug
+
+    def write(staging: Path) -> None:
+        for size, part in packed.items():
+            directory = staging / block_directory(size)
+            directory.mkdir()
+            _write_packed(part, directory)
+        (staging / BLOCKS_FILE).write_text(json.dumps(index, indent=1, allow_nan=False))
+
+    return _write_in_place(Path(path), write)
+
+
+def _write_packed(packed: PackedArtifact, directory: Path) -> None:
+    for name, data in packed.files.items():
+        (directory / name).write_bytes(data)
+    (directory / MANIFEST_FILE).write_text(json.dumps(packed.manifest, indent=1,
+                                                      allow_nan=False))
+
+
+def _write_in_place(path: Path, write: Callable[[Path], None]) -> Path:
+    """Have ``write`` fill a fresh directory beside ``path``, then rename it to ``path``
+    (replacing an artifact there, and nothing else): a failure leaves no half-written
+    artifact behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        for name, data in packed.files.items():
-            (staging / name).write_bytes(data)
-        (staging / MANIFEST_FILE).write_text(json.dumps(packed.manifest, indent=1,
-                                                        allow_nan=False))
+        write(staging)
         if path.exists():
-            if not (path / MANIFEST_FILE).exists():
+            if not ((path / MANIFEST_FILE).exists() or (path / BLOCKS_FILE).exists()):
                 raise FileExistsError(f"'{path}' exists and is not an ember artifact; "
                                       f"not overwriting it")
             shutil.rmtree(path)

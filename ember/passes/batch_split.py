@@ -132,6 +132,18 @@ def analyze_batch_split_at(graph: Graph, shapes: Mapping[str, Sequence[int]]) ->
     return analyze_batch_split(bound, known)
 
 
+def batch_split_for(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> BatchSplit:
+    """How calls with ``shapes`` are served in blocks: decided on the symbolic graph, or,
+    when other dynamic dims hide it, with them bound to ``shapes``
+    (:func:`analyze_batch_split_at`).  :class:`NotSeparable` says why not."""
+    try:
+        return analyze_batch_split(graph)
+    except NotSeparable:
+        if not mentions_other_symbols(graph):
+            raise
+    return analyze_batch_split_at(graph, shapes)
+
+
 def mentions_other_symbols(graph: Graph) -> bool:
     """Whether an input has a symbolic dim other than the batch symbol (so that binding the
     other dims, :func:`analyze_batch_split_at`, may decide what the symbolic graph cannot)."""

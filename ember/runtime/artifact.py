@@ -35,7 +35,8 @@ from ember.runtime.manifest import (FORMAT, FORMAT_VERSION, HOST_NODES_FILE, LIB
 from ember.runtime.safetensors_io import MAX_HEADER_BYTES
 
 __all__ = ["Artifact", "FORMAT", "FORMAT_VERSION", "HOST_NODES_FILE", "LIBRARY_FILE",
-           "MANIFEST_FILE", "WEIGHTS_FILE", "artifact_from_memory", "read_artifact"]
+           "MANIFEST_FILE", "WEIGHTS_FILE", "artifact_from_memory", "read_artifact",
+           "read_artifact_in"]
 
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_LIBRARY_BYTES = 1 << 30
@@ -62,12 +63,19 @@ def read_artifact(path: str | Path, expected_digest: str | None = None) -> Artif
     covers every file, so this is the one check that also rules out a replaced library).
     """
     with ArtifactDirectory(path) as directory:
-        root = directory.root
-        where = f"artifact '{root}': '{MANIFEST_FILE}'"
-        if not directory.exists(MANIFEST_FILE):
-            raise ModelLoadError(f"'{root}' has no {MANIFEST_FILE}: not an ember artifact")
-        data = strict_json(directory.read(MANIFEST_FILE, MAX_MANIFEST_BYTES), where)
-        return _checked_artifact(root, data, directory.read, expected_digest)
+        return read_artifact_in(directory, expected_digest)
+
+
+def read_artifact_in(directory: ArtifactDirectory, expected_digest: str | None = None
+                     ) -> Artifact:
+    """:func:`read_artifact` of an artifact directory that is already open (a block of a
+    batch-blocked artifact, opened inside its parent)."""
+    root = directory.root
+    where = f"artifact '{root}': '{MANIFEST_FILE}'"
+    if not directory.exists(MANIFEST_FILE):
+        raise ModelLoadError(f"'{root}' has no {MANIFEST_FILE}: not an ember artifact")
+    data = strict_json(directory.read(MANIFEST_FILE, MAX_MANIFEST_BYTES), where)
+    return _checked_artifact(root, data, directory.read, expected_digest)
 
 
 def artifact_from_memory(manifest: Any, files: Mapping[str, bytes], label: str) -> Artifact:

@@ -48,6 +48,37 @@ class ArtifactDirectory:
                 raise ModelLoadError(f"cannot open artifact '{self.root}': "
                                      f"{error.strerror}") from None
 
+    def subdirectory(self, name: str) -> "ArtifactDirectory":
+        """The directory entry ``name`` (a fixed name the caller made, never one read from a
+        file), opened relative to this one without following a symbolic link: a part of an
+        artifact must be inside it."""
+        where = f"artifact '{self.root}': '{name}'"
+        if self._fd is None:  # no dir_fd on this platform: refuse links by lstat first
+            try:
+                if stat.S_ISLNK(os.lstat(self.root / name).st_mode):
+                    raise ModelLoadError(f"{where} is a symbolic link; the parts of an "
+                                         f"artifact must be inside its directory")
+            except FileNotFoundError:
+                raise ModelLoadError(f"{where} is missing; the artifact is incomplete") from None
+            return ArtifactDirectory(self.root / name)
+        try:
+            fd = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=self._fd)
+        except FileNotFoundError:
+            raise ModelLoadError(f"{where} is missing; the artifact is incomplete") from None
+        except OSError as error:
+            # Linux says ENOTDIR for a link opened with O_DIRECTORY | O_NOFOLLOW
+            if error.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR) and stat.S_ISLNK(
+                    os.stat(name, dir_fd=self._fd, follow_symlinks=False).st_mode):
+                raise ModelLoadError(f"{where} is a symbolic link; the parts of an artifact "
+                                     f"must be inside its directory") from None
+            if error.errno == errno.ENOTDIR:
+                raise ModelLoadError(f"{where} is not a directory; the artifact is "
+                                     f"malformed") from None
+            raise ModelLoadError(f"{where} cannot be opened: {error.strerror}") from None
+        opened = ArtifactDirectory.__new__(ArtifactDirectory)
+        opened.root, opened._fd = self.root / name, fd
+        return opened
+
     def __enter__(self) -> "ArtifactDirectory":
         return self
 

@@ -367,14 +367,3 @@ def _aligned_like(array: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:
     copy = aligned_empty(array.nbytes, zeroed=False).view(array.dtype).reshape(array.shape)
     np.copyto(copy, array)
     return copy
-
-
-def load(path: str | Path, host_resolver: HostResolver | None = None, *,
-         expected_digest: str | None = None) -> CompiledModel:
-    """Load an artifact directory written by ``ember.Module.save``.
-
-    ``expected_digest`` (a ``CompiledModel.digest`` recorded earlier) refuses any other
-    artifact; without it, loading an artifact runs its library's code, so load only artifacts
-    from a source you trust.
-    """
-    return CompiledModel(path, host_resolver, expected_digest=expected_digest)

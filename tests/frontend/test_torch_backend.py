@@ -158,7 +158,8 @@ def test_weights_changed_in_place_are_picked_up() -> None:
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
 
 
-def test_aot_compile_of_a_module_with_dynamic_batch() -> None:
+def test_aot_compile_of_a_module_with_dynamic_batch(tmp_path) -> None:
+    """The module serves every batch size, and so does its saved artifact (in blocks)."""
     model = _Block().eval()
     batch = torch.export.Dim("batch", min=1, max=64)
     module = ember.compile(model, (torch.randn(2, 3, 8, 8),), dynamic_shapes=({0: batch},))
@@ -168,6 +169,13 @@ def test_aot_compile_of_a_module_with_dynamic_batch() -> None:
         with torch.no_grad():
             expected = model(x).numpy()
         np.testing.assert_allclose(module(x.numpy()), expected, rtol=1e-4, atol=1e-5)
+    loaded = ember.load(module.save(tmp_path / "block.ember"))
+    assert loaded.block_sizes == [5, 1]
+    for size in (3, 11):
+        x = torch.randn(size, 3, 8, 8)
+        with torch.no_grad():
+            expected = model(x).numpy()
+        np.testing.assert_allclose(loaded(x.numpy()), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_aot_compile_names_every_unsupported_op() -> None:

@@ -78,6 +78,18 @@ def test_the_first_call_gets_its_own_specialization(caplog) -> None:
     assert len(_compilations(caplog)) == 1
 
 
+def test_a_first_call_with_one_sample_does_not_make_every_batch_run_one_by_one(caplog) -> None:
+    """After batch 1, the first larger batch is compiled as well (a batch of 6 run as six
+    blocks of 1 would waste the GEMMs); later sizes run on blocks of those two."""
+    caplog.set_level(logging.INFO, logger="ember")
+    proto = _mlp()
+    module = ember.compile(proto)
+    _check_sizes(module, proto, [1, 6, 3, 13])
+    compiled = _compilations(caplog)
+    assert len(compiled) == 2, compiled
+    assert "x[1, 6]" in compiled[0] and "x[6, 6]" in compiled[1]
+
+
 def test_a_model_that_mixes_samples_compiles_per_batch_size(caplog) -> None:
     caplog.set_level(logging.INFO, logger="ember")
     proto = _mlp(softmax_axis=0)  # a softmax over the batch: blocks would be wrong
