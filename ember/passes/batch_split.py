@@ -269,7 +269,10 @@ def _visit(graph: Graph, node: Node, kinds: dict, known: dict, symbol: str) -> N
         return
     own_rows = False  # a GatherND of each sample's own rows (the sample-index idiom)
     if any(isinstance(k, IndexKind) for k in input_kinds):
-        if not gathers_own_rows(graph, node, kinds, symbol):
+        if node.op in ("Shape", "Size"):
+            kinds[node.outputs[0]] = Kind.SIZE  # the shape of an index tensor, not its values
+            return
+        if not gathers_own_rows(graph, node, kinds, known, symbol):
             kind = index_kind_of(graph, node, kinds, known, symbol)
             if kind is None:
                 raise NotSeparable(f"node '{node.name}' ({node.op}) uses the index of each "

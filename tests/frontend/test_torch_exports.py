@@ -248,7 +248,7 @@ def test_exported_model_compiles_without_fallback(case: ExportCase, exporter: st
     proto = export(model, case, case.inputs(rng, *EXPORT_SIZES), exporter)
     module = ember.compile(proto)
     # Another batch size, and another sequence length where the exported graph allows it.
-    other_length = 12 if exporter in case.sequence_dynamic else EXPORT_SIZES[1]
+    other_length = 13 if exporter in case.sequence_dynamic else EXPORT_SIZES[1]  # odd
     sizes = [EXPORT_SIZES, (3, other_length)]
     for batch, length in sizes:
         inputs = case.inputs(rng, batch, length)
@@ -338,6 +338,32 @@ def test_bert_compiled_with_dynamic_shapes_serves_every_batch_from_two_builds(ca
             np.testing.assert_allclose(compiled(*inputs).numpy(), model(*inputs).numpy(),
                                        rtol=RTOL, atol=ATOL, err_msg=f"batch {batch}")
     torch._dynamo.reset()
+    builds = [r.getMessage() for r in caplog.records
+              if "compiling a specialization" in r.getMessage()]
+    assert len(builds) == 2, builds
+
+
+def test_bert_exported_by_torchscript_serves_every_batch_from_two_builds(caplog) -> None:
+    """The TorchScript exporter writes the same mask read as Gather(Flatten(mask), i*S + kv)
+    (``batch_index.py``, flat rows): through ONNX, too, a new batch size runs on blocks.
+    Padding differs per sample (``tokens_and_mask``), so a block reading another sample's
+    mask rows would show in the outputs."""
+    pytest.importorskip("transformers")
+    import logging
+
+    caplog.set_level(logging.INFO, logger="ember")
+    torch.manual_seed(0)
+    model = bert().eval()
+    case = next(case for case in CASES if case.name == "bert")
+    rng = torch.Generator().manual_seed(0)
+    module = ember.compile(export(model, case, case.inputs(rng, *EXPORT_SIZES), "torchscript"))
+    assert module.batch_split is not None, module.batch_split_reason
+    with torch.no_grad():
+        for batch in (2, 3, 5, 2):
+            inputs = tokens_and_mask(rng, batch, EXPORT_SIZES[1])
+            np.testing.assert_allclose(module(*[t.numpy() for t in inputs]),
+                                       model(*inputs).numpy(), rtol=RTOL, atol=ATOL,
+                                       err_msg=f"batch {batch}")
     builds = [r.getMessage() for r in caplog.records
               if "compiling a specialization" in r.getMessage()]
     assert len(builds) == 2, builds

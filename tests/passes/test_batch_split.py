@@ -138,6 +138,33 @@ SAMPLE_INDEX = """
         }"""
 SEPARABLE["sample_index_gather"] = SAMPLE_INDEX
 
+
+def _flat_index(rows: int, stride: int, offsets: str) -> str:
+    """The TorchScript exporter's form of the padding-mask read: Gather(Flatten(mask),
+    i*stride + offsets) on a mask of ``rows`` values per sample."""
+    return f"""
+        graph main(%mask: i64[N, {rows}]) -> (%y: i64[N, 1, {len(offsets.split(','))}]) {{
+          const %zero: i64[] = 0
+          const %one: i64[] = 1
+          const %ax0: i64[1] = [0]
+          const %ax1: i64[1] = [1]
+          const %stride: i64[1] = [{stride}]
+          const %kv: i64[{len(offsets.split(','))}] = [{offsets}]
+          %shape = Shape(%mask)
+          %n = Gather(%shape, %zero)
+          %i = Range(%zero, %n, %one)
+          %i2 = Unsqueeze(%i, %ax1)
+          %scaled = Mul(%i2, %stride)
+          %kv2 = Unsqueeze(%kv, %ax0)
+          %flat = Add(%scaled, %kv2)
+          %fm = Flatten(%mask) {{axis=2}}
+          %g = Gather(%fm, %flat) {{axis=0}}
+          %y = Transpose(%g) {{perm=[0, 2, 1]}}
+        }}"""
+
+
+SEPARABLE["flat_sample_index_gather"] = _flat_index(3, 3, "2, 0, 1")
+
 # graph, the op that mixes samples (named in the reason)
 MIXING = {
     "softmax_over_the_batch": ("""
@@ -179,6 +206,10 @@ MIXING = {
           %f = Cast(%n) {to=1}
           %y = Mul(%x, %f)
         }""", "Mul"),
+    # flat indices whose stride is not the data's rows per sample read other samples' rows
+    "flat_index_with_another_stride": (_flat_index(4, 3, "0, 1, 2"), "Gather"),
+    # a negative offset wraps around to the last row of the whole tensor
+    "flat_index_below_the_sample": (_flat_index(3, 3, "-1, 0, 1"), "Add"),
     "sample_index_as_data": ("""
         graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
           const %zero: i64[] = 0
