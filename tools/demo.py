@@ -57,6 +57,14 @@ def main() -> int:
             ember.load(artifact)
         ours = deployed.run({"input": x})["logits"]
         print(f"artifact {artifact.name}/ ({files}) reloaded and run")
+        if isinstance(deployed, ember.runtime.BatchBlockedModel):
+            odd = np.random.default_rng(1).standard_normal((BATCH + 3, 3, 32, 32)).astype(
+                np.float32)
+            other = deployed.run({"input": odd})["logits"]
+            check = ReferenceExecutor(graph).run({"input": odd})["logits"]
+            print(f"  it runs any batch size in blocks of {deployed.block_sizes}: batch "
+                  f"{BATCH + 3} matches the reference within "
+                  f"{float(np.max(np.abs(other - check))):.1e}")
 
     reference = ReferenceExecutor(graph).run({"input": x})["logits"]
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])

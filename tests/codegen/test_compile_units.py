@@ -155,17 +155,22 @@ def test_only_units_calling_the_fast_float_math_get_its_flags(cache_dir):
     np.testing.assert_array_equal(r, np.maximum(x, 0))
 
 
+# Output columns of the second layer: at least 4 panels of the widest register tile (AVX-512's
+# 32 columns), so that both GEMMs pack A on AVX2 and AVX-512 machines alike.
+OUTPUTS = 128
+
+
 def _two_linears_model(name: str, width: int):
     """Two Gemm+Relu layers of different widths (two kernels, A packed at run time)."""
     rng = np.random.default_rng(3)
     weights = {"w1": rng.standard_normal((width, 40)).astype(np.float32),
-               "w2": rng.standard_normal((64, width)).astype(np.float32)}
+               "w2": rng.standard_normal((OUTPUTS, width)).astype(np.float32)}
     nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"], transB=1),
              helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("Gemm", ["r", "w2"], ["y"], transB=1)]
     graph = helper.make_graph(
         nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [30, 40])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [30, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [30, OUTPUTS])],
         [numpy_helper.from_array(w, n) for n, w in weights.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), weights
 
@@ -173,19 +178,19 @@ def _two_linears_model(name: str, width: int):
 def test_gemm_kernels_call_one_shared_unit_of_micro_kernels(cache_dir):
     """Every GEMM over a packed A calls the micro-kernels of one shared unit instead of
     compiling its own; a second model links the same object from the cache."""
-    model, weights = _two_linears_model("first", 64)
+    model, weights = _two_linears_model("first", 128)
     module = ember.compile(model)
     shared = [u for u in module.build.units.kernels if u.symbol.startswith("ember_gemm_shared_")]
     gemms = [u for u in module.build.units.kernels if "ember_gemm_packed_f32_" in u.source
              and u not in shared]
     assert len(shared) == 1 and len(gemms) == 2
-    assert all("EMBER_INTERNAL void ember_gemm_packed_f32_6x" in u.source and
+    assert all("EMBER_INTERNAL void ember_gemm_packed_f32_" in u.source and
                "_Pragma" not in u.source for u in gemms), "kernels declare, not define, them"
     x = np.random.default_rng(4).standard_normal((30, 40)).astype(np.float32)
     want = np.maximum(x.astype(np.float64) @ weights["w1"].T, 0) @ weights["w2"].T
     np.testing.assert_allclose(module(x), want, rtol=1e-4, atol=1e-4)
     hits = stats.object_hits
-    other, _ = _two_linears_model("second", 72)
+    other, _ = _two_linears_model("second", 160)
     second = ember.compile(other)
     assert shared[0] in second.build.units.kernels
     assert stats.object_hits > hits, "the shared unit's object comes from the cache"

@@ -50,8 +50,8 @@ def depthwise_model(batch: int, channels: int, size: int, kernel: int, attrs: di
 
 CASES = {
     "3x3_pad1": (1, 16, 7, 3, {"pads": [1, 1, 1, 1]}),
-    "3x3_stride2_into_7": (2, 24, 14, 3, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
-    "5x5_asymmetric_pads": (1, 8, 6, 5, {"pads": [2, 1, 2, 3]}),
+    "3x3_stride2_into_7": (2, 48, 14, 3, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "5x5_asymmetric_pads": (1, 32, 6, 5, {"pads": [2, 1, 2, 3]}),
     "3x3_dilated_unpadded": (1, 16, 9, 3, {"dilations": [2, 1], "strides": [1, 2]}),
 }
 
