@@ -32,7 +32,7 @@ import numpy as np
 
 from ember.driver.pipeline import Build, BuildOptions, build_graph
 from ember.core.config import parse_size
-from ember.core.dims import SymDim
+from ember.core.dims import SymDim, single_symbol
 from ember.core.errors import EmberError, InputError
 from ember.core.target import Target
 from ember.ir.graph import Graph
@@ -117,6 +117,8 @@ class Module:
         # split decided with those dims bound, per their sizes (None: not separable).
         self._split_at_sizes = False
         self._splits_at_sizes: dict[tuple, BatchSplit | None] = {}
+        # Why each build was needed, in order (also logged at INFO with the build).
+        self.build_reasons: list[str] = []
         if not self._all_static():
             self._plan_batch_split(dynamic_batch)
         if input_shapes is not None or self._all_static():
@@ -216,8 +218,12 @@ class Module:
         from ember.runtime.artifact import artifact_from_memory
 
         if not self._all_static():
-            LOG.info("ember: %s: compiling a specialization for input shapes %s",
-                     self.graph.name, ", ".join(f"{n}{list(s)}" for n, s in shapes.items()))
+            reason = self._why_build(shapes)
+            with self._variants_lock:
+                self.build_reasons.append(reason)
+            LOG.info("ember: %s: compiling a specialization for input shapes %s: %s",
+                     self.graph.name, ", ".join(f"{n}{list(s)}" for n, s in shapes.items()),
+                     reason)
         build = build_graph(self.graph, shapes, self.options)
         # The module runs the artifact a deployment would load, packed and checked by the
         # same code, only without a round trip of its weights through the disk.
@@ -229,6 +235,42 @@ class Module:
             if self._num_threads is not None:
                 runtime.set_num_threads(self._num_threads)
         return build, runtime
+
+    def _why_build(self, shapes: dict[str, tuple[int, ...]]) -> str:
+        """Why ``shapes`` need a build of their own: which symbolic dims take sizes no build
+        has, and why they are not served by one (the guard's explanation of a recompile)."""
+        sizes_of: dict[str, set[int]] = {}  # symbol -> the sizes compiled so far
+        with self._variants_lock:
+            compiled = [dict(key) for key in list(self._variants) + list(self._pending)
+                        if dict(key) != shapes]
+        if not compiled:
+            return "the first call"
+        new: dict[str, int] = {}
+        for name, vtype in self.graph.types.items():
+            if name not in shapes or not isinstance(vtype, TensorType) or vtype.shape is None:
+                continue
+            for axis, dim in enumerate(vtype.shape):
+                symbol = single_symbol(dim)
+                if symbol is not None:
+                    new.setdefault(symbol, shapes[name][axis])
+                    sizes_of.setdefault(symbol, set()).update(
+                        known[name][axis] for known in compiled if name in known)
+        changed = [symbol for symbol, size in new.items()
+                   if size not in sizes_of.get(symbol, ())]
+        try:
+            batch: str | None = batch_symbol(self.graph)
+        except NotSeparable:
+            batch = None
+        why = []
+        if any(symbol != batch for symbol in changed):
+            why.append("sizes other than the batch are compiled into the code")
+        if batch in changed:
+            why.append("a block size the batch runs in" if self.batch_split is not None else
+                       f"the batch does not run in blocks: {self.batch_split_reason}")
+        what = ", ".join(f"{symbol}={new[symbol]} (compiled for "
+                         f"{', '.join(map(str, sorted(sizes_of[symbol])))})"
+                         for symbol in changed) or "a combination of compiled sizes"
+        return "; ".join([f"new {what}", *why])
 
     # ------------------------------------------------------------------ running
     @property

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ember.core.dims import Dim, SymDim
+from ember.core.dims import Dim, SymDim, single_symbol
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError, InputError
 from ember.frontend.onnx import import_onnx
@@ -431,17 +431,9 @@ def _bind_from_inputs(graph: Graph, feeds: Mapping[str, Any], bindings: dict[str
         if np.ndim(value) != len(vtype.shape):
             continue  # the executor reports the mismatch
         for dim, actual in zip(vtype.shape, np.shape(value)):
-            symbol = _single_symbol(dim)
+            symbol = single_symbol(dim)
             if symbol is not None:
                 bindings.setdefault(symbol, int(actual))
-
-
-def _single_symbol(dim: Dim) -> str | None:
-    if isinstance(dim, SymDim) and len(dim.terms) == 1:
-        monomial, coefficient = dim.terms[0]
-        if coefficient == 1 and len(monomial) == 1:
-            return monomial[0]
-    return None
 
 
 def _random_value(name: str, vtype: ValueType | None, bindings: Mapping[str, int],
@@ -648,7 +640,7 @@ def _compile_shapes(graph: Graph, bindings: Mapping[str, int],
             if isinstance(dim, int):
                 dims.append(dim)
                 continue
-            symbol = _single_symbol(dim) if dim is not None else None
+            symbol = single_symbol(dim) if dim is not None else None
             if symbol is None:
                 raise InputError(f"input '{name}' has a dimension '{dim}' that cannot be bound")
             if symbol in bindings:
@@ -785,13 +777,13 @@ def _profile_shapes(graph: Graph, args: argparse.Namespace
         vtype = graph.types[name]
         assert isinstance(vtype, TensorType) and vtype.shape is not None  # _profile checked
         for dim, size in zip(vtype.shape, shape):
-            symbol = _single_symbol(dim)
+            symbol = single_symbol(dim)
             if symbol is not None:
                 bindings.setdefault(symbol, size)
     if args.batch is not None:
         leading = [vtype.shape[0] for name in graph.inputs
                    if isinstance(vtype := graph.types.get(name), TensorType) and vtype.shape]
-        symbols = {_single_symbol(dim) for dim in leading} - {None}
+        symbols = {single_symbol(dim) for dim in leading} - {None}
         fixed = {dim for dim in leading if isinstance(dim, int)}
         if not symbols and fixed != {args.batch}:
             raise InputError(f"--batch {args.batch}: no input has a symbolic leading "

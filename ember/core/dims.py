@@ -137,6 +137,15 @@ def exact_divide(numerator: "Dim", denominator: "Dim") -> "Dim | None":
     return SymDim._make(result)
 
 
+def single_symbol(dim: Dim) -> str | None:
+    """The name of ``dim`` when it is one symbol alone (``N``, not ``2*N`` or ``N + 1``)."""
+    if isinstance(dim, SymDim) and len(dim.terms) == 1:
+        monomial, coefficient = dim.terms[0]
+        if coefficient == 1 and len(monomial) == 1:
+            return monomial[0]
+    return None
+
+
 def is_static(dim: Dim) -> bool:
     return isinstance(dim, int)
 

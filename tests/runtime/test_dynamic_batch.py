@@ -98,6 +98,32 @@ def test_a_model_that_mixes_samples_compiles_per_batch_size(caplog) -> None:
     assert "Softmax" in module.batch_split_reason and "axis 0" in module.batch_split_reason
     _check_sizes(module, proto, [4, 3, 5])
     assert len(_compilations(caplog)) == 3
+    assert module.build_reasons[0] == "the first call"
+    assert module.build_reasons[2].startswith("new N=5 (compiled for 3, 4); the batch does "
+                                              "not run in blocks: node") and \
+        "Softmax" in module.build_reasons[2]
+
+
+def test_every_build_says_which_size_needed_it() -> None:
+    """The guard's explanation of a recompile: the symbol, its new size, the sizes built."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Softmax", ["h"], ["y"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "tokens", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "S", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "S", 4])], [weight])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    module = ember.compile(proto)
+    for batch, length in ((2, 5), (3, 5), (2, 7), (4, 7)):
+        x = rng.standard_normal((batch, length, 4)).astype(np.float32)
+        np.testing.assert_allclose(module(x), session.run(None, {"x": x})[0], rtol=1e-5,
+                                   atol=1e-6)
+    assert module.build_reasons == [
+        "the first call",
+        "new N=1 (compiled for 2); a block size the batch runs in",
+        "new S=7 (compiled for 5); sizes other than the batch are compiled into the code"]
 
 
 def test_dynamic_batch_can_be_turned_off(caplog, monkeypatch) -> None:
