@@ -34,7 +34,7 @@ from ember.runtime.dtypes import numpy_dtype
 from ember.runtime.errors import ExecutionError, InputError, ModelLoadError
 from ember.runtime.files import ArtifactDirectory
 from ember.runtime.manifest import (DIGEST_FIELD, SchemaError, TensorSpec, _int, _keys, _list,
-                                    _object, _str, strict_json, verify_digest)
+                                    _object, _str, check_header, strict_json, verify_digest)
 from ember.runtime.model import CompiledModel, HostResolver
 from ember.runtime.profiling import StepTimes
 
@@ -68,14 +68,9 @@ class BlockIndex:
 
 def parse_block_index(data: Any, source: str) -> BlockIndex:
     """Check the format, the digest and the schema of a parsed blocks.json."""
-    if not isinstance(data, dict) or data.get("format") != BLOCKS_FORMAT:
-        raise ModelLoadError(f"{source} is not the index of a batch-blocked ember artifact "
-                             f"(its 'format' must be {BLOCKS_FORMAT!r})")
-    version = data.get("format_version")
-    if version != BLOCKS_FORMAT_VERSION or isinstance(version, bool):
-        raise ModelLoadError(f"{source}: format version {version!r} is not supported by this "
-                             f"runtime (it reads version {BLOCKS_FORMAT_VERSION}); compile and "
-                             f"save the model again with this ember")
+    check_header(data, source, BLOCKS_FORMAT, BLOCKS_FORMAT_VERSION,
+                 kind="the index of a batch-blocked ember artifact",
+                 format_name="batch-blocked artifact")
     digest = verify_digest(data, source)
     try:
         return _parse(data, digest)

@@ -198,19 +198,23 @@ def seal(manifest: Mapping[str, Any]) -> dict[str, Any]:
             DIGEST_FIELD: canonical_digest(manifest)}
 
 
-def check_header(data: Any, source: str) -> None:
-    """The checks that come before the digest: an object of this format and version."""
+def check_header(data: Any, source: str, expected_format: str = FORMAT,
+                 expected_version: int = FORMAT_VERSION,
+                 kind: str = "an ember artifact manifest", format_name: str = "artifact") -> None:
+    """The checks that come before the digest: an object of this format and version (the
+    manifest's by default; ``kind`` and ``format_name`` name another file's in messages)."""
     if not isinstance(data, dict):
         raise ModelLoadError(f"{source} must hold a JSON object, found a JSON "
-                             f"{_json_kind(data)}; not an ember artifact manifest")
-    if data.get("format") != FORMAT:
-        raise ModelLoadError(f"{source} is not an ember artifact manifest (field 'format' is "
-                             f"{data.get('format')!r}, expected {FORMAT!r})")
+                             f"{_json_kind(data)}; not {kind}")
+    if data.get("format") != expected_format:
+        raise ModelLoadError(f"{source} is not {kind} (field 'format' is "
+                             f"{data.get('format')!r}, expected {expected_format!r})")
     version = data.get("format_version")
-    if version != FORMAT_VERSION or isinstance(version, bool):
-        raise ModelLoadError(f"{source}: artifact format version {version!r} is not supported "
-                             f"by this runtime (it reads version {FORMAT_VERSION}); compile "
-                             f"and save the model again with this ember")
+    if version != expected_version or isinstance(version, bool):
+        raise ModelLoadError(f"{source}: {format_name} format version {version!r} is not "
+                             f"supported by this runtime (it reads version "
+                             f"{expected_version}); compile and save the model again with "
+                             f"this ember")
 
 
 def verify_digest(data: Mapping[str, Any], source: str) -> str:
