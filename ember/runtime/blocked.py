@@ -208,7 +208,7 @@ class BatchBlockedModel:
                 check_array(spec.name, array, dtype, spec.shape)
                 arrays[spec.name] = array
                 continue
-            expected = f"{spec.dtype}[N, {', '.join(map(str, spec.shape[1:]))}]"
+            expected = f"{spec.dtype}[{', '.join(['N', *map(str, spec.shape[1:])])}]"
             array = as_array(spec.name, feeds[spec.name], expected)
             if array.ndim != len(spec.shape) or array.shape[1:] != spec.shape[1:]:
                 raise InputError(f"input '{spec.name}' has shape {tuple(array.shape)}; the "
