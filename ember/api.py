@@ -246,13 +246,14 @@ class Module:
         if not compiled:
             return "the first call"
         new: dict[str, int] = {}
-        for name, vtype in self.graph.types.items():
-            if name not in shapes or not isinstance(vtype, TensorType) or vtype.shape is None:
+        for name, shape in shapes.items():
+            vtype = self.graph.types.get(name)
+            if not isinstance(vtype, TensorType) or vtype.shape is None:
                 continue
             for axis, dim in enumerate(vtype.shape):
                 symbol = single_symbol(dim)
                 if symbol is not None:
-                    new.setdefault(symbol, shapes[name][axis])
+                    new.setdefault(symbol, shape[axis])
                     sizes_of.setdefault(symbol, set()).update(
                         known[name][axis] for known in compiled if name in known)
         changed = [symbol for symbol, size in new.items()

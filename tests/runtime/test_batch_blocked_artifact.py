@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -70,8 +71,6 @@ def saved(tmp_path_factory):
 
 
 def _copy(saved, tmp_path):
-    import shutil
-
     return shutil.copytree(saved, tmp_path / "copy.ember")
 
 
@@ -180,8 +179,6 @@ def test_edited_index_is_refused(saved, tmp_path, edit, reseal, message):
 
 def test_block_swapped_for_a_link_is_refused(saved, tmp_path):
     artifact = _copy(saved, tmp_path)
-    import shutil
-
     shutil.rmtree(artifact / "b1")
     (artifact / "b1").symlink_to(saved / "b1", target_is_directory=True)
     with pytest.raises(ModelLoadError, match="symbolic link"):
