@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ember.core.traced import is_traced
 from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.codegen import c_helpers as H
@@ -161,6 +162,9 @@ class ExprEmitter:
 
     # =========================================================================== constants
     def const(self, value: int | float | bool, dtype: DType) -> str:
+        if is_traced(value) and dtype is not DType.BOOL:
+            # a size of a build traced over run-time dims: its expression of em_dims
+            return f"(({compute_ctype(dtype)}){value.expr.c_code()})"
         if dtype is DType.BOOL:
             return "true" if value else "false"
         if dtype.is_float:

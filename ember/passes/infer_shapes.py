@@ -34,6 +34,7 @@ import numpy as np
 
 from ember.core.dims import Dim, SymDim
 from ember.core.errors import EmberError, ShapeError
+from ember.core.traced import is_traced
 from ember.ir.graph import Graph, Node
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ops.registry import InferContext, RefContext, get_op
@@ -204,8 +205,10 @@ def _count(shape) -> int:
 
 
 def _simplify(value: np.ndarray) -> np.ndarray:
-    """Object arrays that hold only ints become int64 arrays again."""
-    if value.dtype == object and all(isinstance(v, (int, np.integer)) for v in value.flat):
+    """Object arrays that hold only plain ints become int64 arrays again (a traced size
+    stays an object, so that a Reshape of it to the shape of a Shape keeps it traced)."""
+    if value.dtype == object and all(isinstance(v, (int, np.integer)) and not is_traced(v)
+                                     for v in value.flat):
         return value.astype(np.int64)
     return value
 
