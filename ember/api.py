@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from ember.driver.pipeline import Build, BuildOptions, build_graph
-from ember.dynamic_dims import (RUNTIME_DIMS_ENV, NotTraceable, TracedVariant, build_traced,
-                                runtime_dims_enabled, runtime_for, traced_symbols)
+from ember.core.traced import SizeTrace
+from ember.dynamic_dims import (MAX_REFUSED_TRACES, RUNTIME_DIMS_ENV, GuardFailed, NotTraceable,
+                                TracedVariant, build_traced, runtime_dims_enabled, runtime_for,
+                                traced_symbols)
 from ember.core.config import parse_size
 from ember.core.dims import SymDim, single_symbol
 from ember.core.errors import EmberError, InputError
@@ -122,9 +124,14 @@ class Module:
         self._splits_at_sizes: dict[tuple, BatchSplit | None] = {}
         # Why each build was needed, in order (also logged at INFO with the build).
         self.build_reasons: list[str] = []
-        # Builds that take the non-batch dims at run time (ember.dynamic_dims), and why the
-        # module compiles specializations instead when it does ("" while it does not).
+        # Builds that take the non-batch dims at run time (ember.dynamic_dims); the first
+        # traces of the refused attempts (sizes that satisfy their guards are not traced
+        # again) and why the last was refused; and why the module no longer traces at all
+        # ("" while it does).
         self._traced: list[TracedVariant] = []
+        self._refused: list[tuple[SizeTrace, str]] = []
+        self._refusals = 0
+        self.last_refusal = ""
         self.runtime_dims_reason = "" if runtime_dims_enabled() else \
             f"{RUNTIME_DIMS_ENV}=0"
         self._last_shapes: dict[str, tuple[int, ...]] | None = None
@@ -264,12 +271,18 @@ class Module:
         symbols = traced_symbols(self.graph, shapes, keep)
         if not symbols:
             return None
+        dims = tuple(symbols.values())
+        with self._variants_lock:
+            refused = [why for trace, why in self._refused if trace.names == tuple(symbols)
+                       and trace.failed_guard(dims) is None]
+            if refused:  # sizes of a refused trace's region: it would be refused again
+                self.last_refusal = refused[0]
+                return None
         reason = self._why_build(shapes)
         try:
             variant = build_traced(self.graph, self.options, shapes, symbols)
         except NotTraceable as why:
-            with self._variants_lock:
-                self.runtime_dims_reason = str(why)
+            self._refuse(why)
             LOG.info("ember: %s: the dims %s are compiled into the code: %s", self.graph.name,
                      ", ".join(symbols), why)
             return None
@@ -286,6 +299,22 @@ class Module:
                  self.graph.name, ", ".join(symbols), variant.describe(variant.trace.samples),
                  len(variant.trace.guards), reason)
         return variant.build, variant.runtime
+
+    def _refuse(self, why: NotTraceable) -> None:
+        """Note a refused trace.  One refused for the graph (no trace: e.g. a node that runs
+        in the host) or too many refused for a size compiled in turn tracing off for the
+        module; sizes in the region of a refused trace are compiled into the code from then
+        on."""
+        with self._variants_lock:
+            self._refusals += not why.pinned
+            self.last_refusal = str(why)
+            if why.trace is None:
+                self.runtime_dims_reason = str(why)
+            else:
+                self._refused.append((why.trace, str(why)))
+                if self._refusals >= MAX_REFUSED_TRACES:
+                    self.runtime_dims_reason = (f"{self._refusals} traces were refused, the "
+                                                f"last because {why}")
 
     def _build_variant(self, shapes: dict[str, tuple[int, ...]]) -> tuple[Build, CompiledModel]:
         from ember.package.artifact import pack_artifact
@@ -339,16 +368,21 @@ class Module:
         why = []
         with self._variants_lock:
             traced = list(self._traced)
-        if traced:
-            for variant in traced:
-                try:
-                    variant.dims_for(shapes)
-                except NotTraceable as failure:
-                    why.append(f"the build for every size does not serve them: {failure}")
-                    break
-        elif any(symbol != batch for symbol in changed):
-            why.append("sizes other than the batch are compiled into the code" +
-                       (f" ({self.runtime_dims_reason})" if self.runtime_dims_reason else ""))
+        broken = None   # the guard of a traced build these shapes break, if any
+        for variant in traced:
+            try:
+                variant.dims_for(shapes)
+            except GuardFailed as failure:
+                broken = failure
+                break
+            except NotTraceable:
+                continue    # a build for another batch block size
+        if broken is not None:
+            why.append(f"the build for every size does not serve them: {broken}")
+        if any(symbol != batch for symbol in changed) and \
+                (self.runtime_dims_reason or self.last_refusal):
+            why.append("sizes other than the batch are compiled into the code (" +
+                       (self.runtime_dims_reason or self.last_refusal) + ")")
         if batch in changed:
             why.append("a block size the batch runs in" if self.batch_split is not None else
                        f"the batch does not run in blocks: {self.batch_split_reason}")

@@ -9,7 +9,8 @@ runs on the same library; one that breaks a guard gets a build of its own, and t
 says which guard (and which compiler line decided on it).
 
 Sizes that escape the trace (read as plain numbers, e.g. by numpy while folding constants)
-would be baked into the code.  So the graph is traced twice, at the call's sizes and at
+would be baked into the code.  A read through ``int()`` is recorded and refuses the build;
+other reads (numpy's) cannot be seen, so the graph is also traced twice, at the call's sizes and at
 nearby sizes that satisfy the same guards, and the build is kept only if both traces give
 the same source, the same weights and the same guards; otherwise the module falls back to
 specializations and says why.
@@ -43,8 +44,28 @@ def runtime_dims_enabled() -> bool:
     return os.environ.get(RUNTIME_DIMS_ENV, "1").strip() not in ("0", "")
 
 
+# Traces refused for a size compiled in as a number after which a module stops trying (each
+# costs two traces of the graph, and the next would likely be refused alike).  Traces
+# refused because the code depends on the exact sizes do not count: those sizes are kept
+# out of later attempts by the refused trace's guards.
+MAX_REFUSED_TRACES = 2
+
+
 class NotTraceable(EmberError):
-    """The graph cannot be compiled once for every size of its dims; says why."""
+    """The graph cannot be compiled once for every size of its dims; says why.  ``trace`` is
+    the first trace when there was one: sizes that satisfy its guards would be refused
+    again."""
+
+    def __init__(self, message: str, trace: SizeTrace | None = None,
+                 pinned: bool = False) -> None:
+        super().__init__(message)
+        self.trace = trace
+        self.pinned = pinned    # refused because the code depends on the exact sizes
+
+
+class GuardFailed(NotTraceable):
+    """A call's dims break a guard of a traced build (the other failures of ``dims_for`` are
+    shapes the build cannot take at all, such as another batch block size)."""
 
 
 @dataclass
@@ -80,7 +101,7 @@ class TracedVariant:
                                    f"expects {list(expected)} for {self.describe(dims)}")
         failed = self.trace.failed_guard(dims)
         if failed is not None:
-            raise NotTraceable(f"{self.describe(dims)} breaks the guard '{failed}' of the build "
+            raise GuardFailed(f"{self.describe(dims)} breaks the guard '{failed}' of the build "
                                f"traced at {self.describe(self.trace.samples)} (decided at "
                                f"{failed.where})")
         return dims
@@ -124,18 +145,23 @@ def build_traced(graph: Graph, options: BuildOptions, shapes: Mapping[str, tuple
     options = replace(options, memory_limit=resolve_memory_limit(options.memory_limit))
     first = _traced_build(graph, options, shapes, SizeTrace(names, tuple(symbols.values())))
     trace, build = first
+    if trace.plain_reads:
+        where, expr = next(iter(trace.plain_reads.items()))
+        raise NotTraceable(f"a size is compiled in as a number: {expr} is read as a plain "
+                           f"number at {where}", trace)
     second_samples = _second_sample(trace)
     if second_samples is None:
         guard = _pinning_guard(trace)
         raise NotTraceable(f"the code depends on the exact size: guard '{guard}' (decided at "
                            f"{guard.where})" if guard is not None else
-                           "no other sizes satisfy the guards of the first trace")
+                           "no other sizes satisfy the guards of the first trace", trace,
+                           pinned=True)
     other_trace, other = _traced_build(graph, options, _resample(graph, shapes, symbols,
                                                                  second_samples),
                                        SizeTrace(names, second_samples))
     difference = _difference(build, other, trace, other_trace)
     if difference:
-        raise NotTraceable(f"a size is compiled in as a number ({difference})")
+        raise NotTraceable(f"a size is compiled in as a number ({difference})", trace)
     return TracedVariant(
         trace, {},
         {name: tuple(expr_of(d) for d in build.graph.types[name].shape)
@@ -182,11 +208,12 @@ def _second_sample(trace: SizeTrace) -> tuple[int, ...] | None:
 
 
 def _pinning_guard(trace: SizeTrace) -> Guard | None:
-    """The first equality guard between a traced size and a number (what pins the size)."""
+    """What pins the sizes: the first equality guard between a traced size and a number,
+    else the guard that the next larger sizes break."""
     for guard in trace.guards:
         if guard.op == "==" and not (guard.lhs.symbols and guard.rhs.symbols):
             return guard
-    return None
+    return trace.failed_guard(tuple(size + 1 for size in trace.samples))
 
 
 def _resample(graph: Graph, shapes: Mapping[str, tuple[int, ...]], symbols: Mapping[str, int],
@@ -225,11 +252,11 @@ def _difference(first: Build, second: Build, first_trace: SizeTrace,
     b = _UNIT_NAMES.sub("", _SAMPLE_LINES.sub("", second.source)).splitlines()
     for line_a, line_b in zip(a, b):
         if line_a != line_b:
-            return f"the code differs: '{line_a.strip()[:120]}'"
+            return f"the code differs: '{line_a.strip()[:100]}' vs '{line_b.strip()[:100]}'"
     if len(a) != len(b):
         return "the code differs in length"
     return ""
 
 
-__all__ = ["NotTraceable", "RUNTIME_DIMS_ENV", "TracedVariant", "build_traced",
+__all__ = ["GuardFailed", "MAX_REFUSED_TRACES", "NotTraceable", "RUNTIME_DIMS_ENV", "TracedVariant", "build_traced",
            "runtime_dims_enabled", "runtime_for", "traced_symbols"]

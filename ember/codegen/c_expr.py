@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ember.core.traced import is_traced
+from ember.core.traced import as_size, is_traced
 from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.codegen import c_helpers as H
@@ -121,7 +121,7 @@ class ExprEmitter:
         # the IR's div/mod are that division (range analysis writes floor division of a
         # non-negative index so, see ember.ir.loop.index_simplify)
         if isinstance(e, Binary) and e.lanes == 1 and e.dtype is DType.INT64 and \
-                e.op in ("div", "mod") and isinstance(e.b, Const) and int(e.b.value) > 0:
+                e.op in ("div", "mod") and isinstance(e.b, Const) and as_size(e.b.value) > 0:
             return f"({self.index(e.a)} {'/' if e.op == 'div' else '%'} {self.index(e.b)})"
         return self.expr(e)
 

@@ -245,7 +245,8 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     # The last panel, when it holds few columns (a 7x7 image is 3 panels of 16 and one of
     # 1), is multiplied by a narrower micro-kernel: as many vectors as its columns need,
     # not NR's worth of multiply-adds on zero padding.
-    tail_vectors = -(-(s.n % nr) // lanes)
+    # (A run-time N leaves any count of columns there: its last panel takes the full one.)
+    tail_vectors = 0 if is_traced(s.n) else -(-(s.n % nr) // lanes)
     narrow = kernels_of(tail_vectors) if 0 < tail_vectors < nr // lanes else None
     panels = _panels(s)
     blocks_m, blocks_n, panels_per_task = _task_grid(s)

@@ -160,6 +160,10 @@ class SizeTrace:
     names: tuple[str, ...]
     samples: tuple[int, ...]
     guards: dict[Guard, Guard] = field(default_factory=dict)
+    # compiler lines that read a traced size as a plain number (``int(size)``): the size is
+    # compiled in there.  Not an error by itself (the value may only name something), but
+    # the first place to look when two traces disagree.
+    plain_reads: dict[str, SizeExpr] = field(default_factory=dict)
 
     def symbol(self, name: str) -> "TracedInt":
         index = self.names.index(name)
@@ -200,12 +204,13 @@ def _where() -> str:
     import sys
 
     frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename == __file__:
-        frame = frame.f_back
+    marker = "/ember/"
+    while frame is not None and (frame.f_code.co_filename == __file__ or
+                                 marker not in frame.f_code.co_filename):
+        frame = frame.f_back  # this module, numpy...: the caller in ember decided
     if frame is None:
         return ""
     path = frame.f_code.co_filename
-    marker = "/ember/"
     short = path[path.rindex(marker) + len(marker):] if marker in path else path
     return f"{short}:{frame.f_lineno}"
 
@@ -263,8 +268,33 @@ class TracedInt(int):
     def __rmod__(self, other: Any) -> Any:
         return self._apply(other, "%", True)
 
+    def __divmod__(self, other: Any) -> Any:
+        quotient = self._apply(other, "//")
+        return quotient if quotient is NotImplemented else (quotient, self._apply(other, "%"))
+
+    def __rdivmod__(self, other: Any) -> Any:
+        quotient = self._apply(other, "//", True)
+        return quotient if quotient is NotImplemented else \
+            (quotient, self._apply(other, "%", True))
+
+    # operations whose results cannot stay traced read the sample (see ``__int__``)
+    def __truediv__(self, other: Any) -> Any:
+        return int(self) / other
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return other / int(self)
+
+    def __float__(self) -> float:
+        return float(int(self))
+
+    def __pow__(self, other: Any, modulo: Any = None) -> Any:
+        return pow(int(self), other, modulo)
+
     def __neg__(self) -> Any:
         return TracedInt(-int.__int__(self), SizeExpr.combine("-", SizeExpr.const(0), self.expr))
+
+    def __abs__(self) -> Any:
+        return self if self >= 0 else -self
 
     def __pos__(self) -> "TracedInt":
         return self
@@ -303,6 +333,12 @@ class TracedInt(int):
 
     __hash__ = int.__hash__
 
+    def __int__(self) -> int:
+        trace = _ACTIVE.get()
+        if trace is not None:
+            trace.plain_reads.setdefault(_where(), self.expr)
+        return int.__int__(self)
+
     # ------------------------------------------------------------------ printing
     def __format__(self, spec: str) -> str:
         return self.expr.c_code() if not spec else format(int.__int__(self), spec)
@@ -321,6 +357,50 @@ class TracedInt(int):
 
     def __reduce__(self) -> tuple:
         return (TracedInt, (int.__int__(self), self.expr))
+
+
+def size_class(value: int) -> int:
+    """The size a heuristic (a blocking, a task count) should plan for: a plain size itself;
+    for a traced one, the largest size of its class ``[2**k, 2**(k+1) - 1]``, with guards
+    that keep later calls in that class.  Code planned for the top of the class must be
+    correct for every size in it (loops run to the traced extent); it is tuned for the
+    class, and a size outside it gets a build of its own.  (Classes start at powers of two
+    because the compiler's thresholds do -- ``extent >= 16`` -- so that a threshold never
+    cuts a class in two.)"""
+    if not isinstance(value, TracedInt):
+        return int(value)
+    sample = int.__int__(value)
+    low = 1 << (sample.bit_length() - 1) if sample > 0 else 0
+    top = 2 * low - 1 if low else 0
+    trace = _ACTIVE.get()
+    if trace is not None:
+        where = _where()
+        trace.record(Guard(value.expr, "<=", SizeExpr.const(top), where))
+        trace.record(Guard(value.expr, ">=", SizeExpr.const(low), where))
+    return top
+
+
+def class_bound(value: int) -> int:
+    """A plain upper bound of a size over the classes of its symbols (see ``size_class``):
+    its value with every symbol at the top of its class, with guards that each symbol stays
+    in its class and that the size stays within the bound.  What a static memory plan
+    reserves for a size that varies at run time: every call in the class fits."""
+    if not isinstance(value, TracedInt):
+        return int(value)
+    trace = _ACTIVE.get()
+    if trace is None:
+        return int.__int__(value)
+    tops = tuple(size_class(trace.symbol(name)) for name in trace.names)
+    bound = max(value.expr.evaluate(tops), int.__int__(value))
+    trace.record(Guard(value.expr, "<=", SizeExpr.const(bound), _where()))
+    return bound
+
+
+def may_be_nonzero(value: int) -> bool:
+    """Whether code for ``value`` items must be emitted (a remainder loop, a tail): a traced
+    value may be nonzero at run time whatever its sample, and such code runs zero times
+    when it is not, so no guard is taken."""
+    return isinstance(value, TracedInt) or value != 0
 
 
 def plain(value: int) -> int:
@@ -344,4 +424,4 @@ def as_size(value: Any) -> int:
 
 
 __all__ = ["C_HELPERS", "DIMS_ARRAY", "Guard", "SizeExpr", "SizeTrace", "TracedInt",
-           "active_trace", "as_size", "evaluate_dims", "expr_of", "is_traced", "plain", "tracing"]
+           "active_trace", "as_size", "class_bound", "size_class", "evaluate_dims", "expr_of", "is_traced", "may_be_nonzero", "plain", "tracing"]

@@ -39,7 +39,7 @@ from typing import Any, Callable
 from ember.codegen.c_names import c_comment
 from ember.codegen.c_types import storage_ctype
 from ember.core.dtypes import DType
-from ember.core.traced import C_HELPERS as TRACED_SIZE_HELPERS, DIMS_ARRAY, plain
+from ember.core.traced import C_HELPERS as TRACED_SIZE_HELPERS, DIMS_ARRAY, is_traced, plain
 from ember.ir.graph import Graph
 from ember.ir.types import TensorType
 from ember.runtime.manifest import IndexCheck  # the artifact's record of a range check
@@ -126,7 +126,8 @@ class EntryStep:
 
 def tensor_spec(vtype: TensorType) -> dict[str, Any]:
     """A buffer as the signature and the manifest describe it: dtype name and static shape."""
-    return {"dtype": vtype.dtype.numpy.name, "shape": [int(d) for d in vtype.shape]}
+    # a traced build's signature describes its sample (the run-time shapes come from the dims)
+    return {"dtype": vtype.dtype.numpy.name, "shape": [plain(d) for d in vtype.shape]}
 
 
 def signature(g: Graph, steps: list[EntryStep], workspace_size: int, weights_size: int,
@@ -143,7 +144,7 @@ def signature(g: Graph, steps: list[EntryStep], workspace_size: int, weights_siz
                    "outputs": specs(step.writes)}
                   for step in steps if step.kind == "host"]
     return {"abi": ABI_VERSION, "inputs": specs(list(g.inputs)),
-            "outputs": specs(list(g.outputs)), "workspace_size": int(workspace_size),
+            "outputs": specs(list(g.outputs)), "workspace_size": plain(workspace_size),
             "weights_size": int(weights_size), "weights": weights, "host_nodes": host_nodes,
             "steps": len(steps), "input_alignment": INPUT_ALIGNMENT}
 
@@ -257,6 +258,11 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
     return "\n".join(lines) + "\n"
 
 
+def _c_int64(value: int) -> str:
+    """An int64 constant in C, or the expression of a size a traced build takes at run time."""
+    return f"((int64_t){value})" if is_traced(value) else f"INT64_C({value})"
+
+
 def _step_lines(g: Graph, step: EntryStep, pointer: Callable[[str], str]) -> list[str]:
     """The C statements of one step: its range checks, then the kernel call or host call."""
     lines = [f"  /* step {step.index}: {c_comment(step.label)} */"]
@@ -265,7 +271,7 @@ def _step_lines(g: Graph, step: EntryStep, pointer: Callable[[str], str]) -> lis
         count = vtype.nbytes // vtype.dtype.itemsize
         lines.append(f"  if (em_out_of_range_{vtype.dtype.numpy.name}("
                      f"(const {storage_ctype(vtype.dtype)} *){pointer(check.input)}, "
-                     f"{count}, INT64_C({check.low}), INT64_C({check.high})))")
+                     f"{count}, {_c_int64(check.low)}, {_c_int64(check.high)}))")
         lines.append(f"    return {status_code(step.index, STATUS_INDEX_OUT_OF_RANGE)};")
     args = [pointer(n) for n in step.reads] + [pointer(n) for n in step.writes]
     args += [f"(void *)(workspace + {offset})" for offset in step.scratch_offsets]

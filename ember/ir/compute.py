@@ -59,7 +59,7 @@ class ComputeContext:
         outside its input, and ONNX calls an out-of-range index an error, not a value to
         clamp: the compiled model checks the input before the kernel runs and fails with an
         error naming the node (``ember.driver.entry``)."""
-        self.index_checks.append((int(index), int(low), int(high)))
+        self.index_checks.append((int(index), as_size(low), as_size(high)))
 
     @property
     def num_outputs(self) -> int:

@@ -34,7 +34,7 @@ import numpy as np
 
 from ember.core.dims import Dim, SymDim
 from ember.core.errors import EmberError, ShapeError
-from ember.core.traced import is_traced
+from ember.core.traced import as_size, is_traced
 from ember.ir.graph import Graph, Node
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ops.registry import InferContext, RefContext, get_op
@@ -140,6 +140,8 @@ def _fold_known_value(node: Node, opdef, attrs: dict[str, Any], known: dict[str,
     if node.op == "Size" and node.inputs:
         _fold_size(node, known, types)
         return
+    if any(name and name not in known for name in node.inputs):
+        return  # an input of unknown value: nothing to fold
     for name in node.outputs:  # never materialize a large tensor just to learn its value
         if not name:
             continue
@@ -200,7 +202,7 @@ def _fold_size(node: Node, known: dict[str, Any], types: dict[str, ValueType | N
 def _count(shape) -> int:
     total = 1
     for d in shape:
-        total *= int(d)
+        total *= as_size(d)
     return total
 
 

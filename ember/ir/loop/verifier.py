@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from ember.core.traced import may_be_nonzero
 from ember.core.dtypes import DType
 from ember.core.errors import VerificationError
 from ember.ir.loop.buffer import Buffer
@@ -85,7 +86,7 @@ class _Checker:
             self._buffer(buffer, buffers)
         if s.b_direct:
             if s.b_packed or not s.b_is_matrix or s.b_j_dims[0][1] != 1 or \
-                    (s.pack is not None) != (s.n % s.knobs.nr != 0):
+                    (s.pack is not None) != may_be_nonzero(s.n % s.knobs.nr):
                 raise self.fail("a Gemm reading B in place needs contiguous rows, and scratch "
                                 "exactly for a partial last panel")
         elif s.b_packed == (s.pack is not None):
