@@ -145,6 +145,10 @@ def build_traced(graph: Graph, options: BuildOptions, shapes: Mapping[str, tuple
     options = replace(options, memory_limit=resolve_memory_limit(options.memory_limit))
     first = _traced_build(graph, options, shapes, SizeTrace(names, tuple(symbols.values())))
     trace, build = first
+    foreign = trace.foreign_guard()
+    if foreign is not None:
+        raise NotTraceable(f"a size of another build reached this one: guard '{foreign}' "
+                           f"(decided at {foreign.where})", trace)
     if trace.plain_reads:
         where, expr = next(iter(trace.plain_reads.items()))
         raise NotTraceable(f"a size is compiled in as a number: {expr} is read as a plain "
@@ -208,12 +212,10 @@ def _second_sample(trace: SizeTrace) -> tuple[int, ...] | None:
 
 
 def _pinning_guard(trace: SizeTrace) -> Guard | None:
-    """What pins the sizes: the first equality guard between a traced size and a number,
-    else the guard that the next larger sizes break."""
-    for guard in trace.guards:
-        if guard.op == "==" and not (guard.lhs.symbols and guard.rhs.symbols):
-            return guard
-    return trace.failed_guard(tuple(size + 1 for size in trace.samples))
+    """What pins the sizes: the guard that the next larger sizes break, else the one that
+    the next smaller sizes break."""
+    return trace.failed_guard(tuple(size + 1 for size in trace.samples)) or \
+        trace.failed_guard(tuple(size - 1 for size in trace.samples))
 
 
 def _resample(graph: Graph, shapes: Mapping[str, tuple[int, ...]], symbols: Mapping[str, int],

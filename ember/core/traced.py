@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import contextvars
 import operator
+import os
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
@@ -81,6 +83,15 @@ class SizeExpr:
 
     def is_const(self, value: int) -> bool:
         return self.op == "const" and self.args[0] == value
+
+    @property
+    def named_symbols(self) -> frozenset[tuple[int, str]]:
+        """(index, name) of every symbol the expression reads."""
+        if self.op == "sym":
+            return frozenset((self.args,))
+        if self.op == "const":
+            return frozenset()
+        return self.args[0].named_symbols | self.args[1].named_symbols
 
     @property
     def symbols(self) -> frozenset[int]:
@@ -146,7 +157,7 @@ class Guard:
     def holds(self, dims: tuple[int, ...] | list[int]) -> bool:
         try:
             return _COMPARISONS[self.op](self.lhs.evaluate(dims), self.rhs.evaluate(dims))
-        except ZeroDivisionError:
+        except (ZeroDivisionError, IndexError):  # (IndexError: a symbol of another trace)
             return False
 
     def __str__(self) -> str:
@@ -172,6 +183,15 @@ class SizeTrace:
     def record(self, guard: Guard) -> None:
         if guard.lhs.symbols or guard.rhs.symbols:
             self.guards.setdefault(guard, guard)
+
+    def foreign_guard(self) -> Guard | None:
+        """A guard on a size of another trace (one kept from an earlier build, e.g. in a
+        cache): the build would read that trace's dims, so it cannot be kept."""
+        own = set(enumerate(self.names))
+        for guard in self.guards:
+            if not (guard.lhs.named_symbols | guard.rhs.named_symbols) <= own:
+                return guard
+        return None
 
     def failed_guard(self, dims: tuple[int, ...] | list[int]) -> Guard | None:
         """The first guard ``dims`` break, or None when the build serves them."""
@@ -199,20 +219,23 @@ def active_trace() -> SizeTrace | None:
     return _ACTIVE.get()
 
 
-def _where() -> str:
-    """The innermost compiler line outside this module (for guard messages)."""
-    import sys
+# The package's directory: guards name the line of ember that decided (not numpy's).
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
+
+def _where() -> str:
+    """The innermost line of ember outside this module that decided (for guard messages);
+    the innermost caller outside this module when no line of ember is on the stack."""
     frame = sys._getframe(2)
-    marker = "/ember/"
-    while frame is not None and (frame.f_code.co_filename == __file__ or
-                                 marker not in frame.f_code.co_filename):
-        frame = frame.f_back  # this module, numpy...: the caller in ember decided
-    if frame is None:
-        return ""
-    path = frame.f_code.co_filename
-    short = path[path.rindex(marker) + len(marker):] if marker in path else path
-    return f"{short}:{frame.f_lineno}"
+    outside = None
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path != __file__:
+            if path.startswith(_PACKAGE):
+                return f"{path[len(_PACKAGE):]}:{frame.f_lineno}"
+            outside = outside or f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return outside or ""
 
 
 def expr_of(value: int) -> SizeExpr:

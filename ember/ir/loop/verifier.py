@@ -103,7 +103,7 @@ class _Checker:
         if [math.prod(e for e, _ in dims) for dims in walks] != [s.k, s.n] or \
                 (s.b_packed and not s.b_is_matrix):
             raise self.fail(f"Gemm B walk {walks} does not cover {s.k} x {s.n}")
-        if min(s.m, s.n, s.k) < 1 or s.knobs.nr % s.knobs.lanes:
+        if any(size < 1 for size in (s.m, s.n, s.k)) or s.knobs.nr % s.knobs.lanes:
             raise self.fail(f"Gemm of {s.m}x{s.n}x{s.k} with tile {s.knobs}")
 
     def _buffer(self, buffer: Buffer, buffers: set) -> None:
