@@ -31,6 +31,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from ember.driver.pipeline import Build, BuildOptions, build_graph
+from ember.core.traced import SizeTrace
+from ember.dynamic_dims import (MAX_REFUSED_TRACES, RUNTIME_DIMS_ENV, GuardFailed, NotTraceable,
+                                TracedVariant, build_traced, runtime_dims_enabled, runtime_for,
+                                traced_symbols)
 from ember.core.config import parse_size
 from ember.core.dims import SymDim, single_symbol
 from ember.core.errors import EmberError, InputError
@@ -46,6 +50,7 @@ from ember.runtime.blocks import plan_blocks, run_in_blocks
 from ember.runtime.loader import load as load_artifact
 from ember.runtime.errors import ModelLoadError
 from ember.runtime.manifest import HostNodeEntry
+from ember.runtime.dims_model import RuntimeDimsModel
 from ember.runtime.model import CompiledModel, HostFunction
 
 if TYPE_CHECKING:
@@ -119,6 +124,17 @@ class Module:
         self._splits_at_sizes: dict[tuple, BatchSplit | None] = {}
         # Why each build was needed, in order (also logged at INFO with the build).
         self.build_reasons: list[str] = []
+        # Builds that take the non-batch dims at run time (ember.dynamic_dims); the first
+        # traces of the refused attempts (sizes that satisfy their guards are not traced
+        # again) and why the last was refused; and why the module no longer traces at all
+        # ("" while it does).
+        self._traced: list[TracedVariant] = []
+        self._refused: list[tuple[SizeTrace, str]] = []
+        self._refusals = 0
+        self.last_refusal = ""
+        self.runtime_dims_reason = "" if runtime_dims_enabled() else \
+            f"{RUNTIME_DIMS_ENV}=0"
+        self._last_shapes: dict[str, tuple[int, ...]] | None = None
         if not self._all_static():
             self._plan_batch_split(dynamic_batch)
         if input_shapes is not None or self._all_static():
@@ -186,8 +202,17 @@ class Module:
                     shapes[name] = tuple(vtype.shape)
         return shapes
 
-    def _variant(self, shapes: dict[str, tuple[int, ...]]) -> tuple[Build, CompiledModel]:
+    def _variant(self, shapes: dict[str, tuple[int, ...]], traced: bool = True
+                 ) -> tuple[Build, CompiledModel]:
+        """The build that runs these shapes: a specialization compiled for them, or (with
+        ``traced``) a build that takes their dynamic dims at run time; compiled if none."""
         key = tuple(sorted(shapes.items()))
+        self._last_shapes = shapes
+        if traced:
+            served = self._traced_variant_for(shapes)
+            if served is not None:
+                self._last = served
+                return served
         with self._variants_lock:
             ready = self._variants.get(key)
             pending = self._pending.get(key) if ready is None else None
@@ -200,7 +225,8 @@ class Module:
                 ready = pending.result()  # another thread compiles it; its error is ours
             else:
                 try:
-                    ready = self._build_variant(shapes)
+                    ready = (self._build_traced_variant(shapes) if traced else None) or \
+                        self._build_variant(shapes)
                 except BaseException as error:
                     with self._variants_lock:
                         del self._pending[key]  # a later call tries again
@@ -212,6 +238,83 @@ class Module:
                 pending.set_result(ready)
         self._last = ready
         return ready
+
+    def _traced_variant_for(self, shapes: dict[str, tuple[int, ...]]
+                            ) -> tuple[Build, CompiledModel] | None:
+        with self._variants_lock:
+            variants = list(self._traced)
+        for variant in variants:
+            try:
+                variant.dims_for(shapes)
+            except NotTraceable:
+                continue
+            assert variant.runtime is not None
+            return variant.build, variant.runtime
+        return None
+
+    def _build_traced_variant(self, shapes: dict[str, tuple[int, ...]]
+                              ) -> tuple[Build, CompiledModel] | None:
+        """A build for every size of the non-batch dims of ``shapes`` (the batch, when it runs
+        in blocks, stays a block size), or None when the module compiles specializations
+        (``runtime_dims_reason`` says why)."""
+        from ember.package.artifact import pack_artifact
+        from ember.runtime.artifact import artifact_from_memory
+
+        if self.runtime_dims_reason or self._all_static():
+            return None
+        keep: frozenset[str] = frozenset()
+        if self.batch_split is not None:
+            try:
+                keep = frozenset((batch_symbol(self.graph),))
+            except NotSeparable:
+                pass
+        symbols = traced_symbols(self.graph, shapes, keep)
+        if not symbols:
+            return None
+        dims = tuple(symbols.values())
+        with self._variants_lock:
+            refused = [why for trace, why in self._refused if trace.names == tuple(symbols)
+                       and trace.failed_guard(dims) is None]
+            if refused:  # sizes of a refused trace's region: it would be refused again
+                self.last_refusal = refused[0]
+                return None
+        reason = self._why_build(shapes)
+        try:
+            variant = build_traced(self.graph, self.options, shapes, symbols)
+        except NotTraceable as why:
+            self._refuse(why)
+            LOG.info("ember: %s: the dims %s are compiled into the code: %s", self.graph.name,
+                     ", ".join(symbols), why)
+            return None
+        packed = pack_artifact(variant.build)
+        artifact = artifact_from_memory(packed.manifest, packed.files,
+                                        f"<compiled in memory: {self.graph.name}>")
+        variant.runtime = runtime_for(variant, artifact, _HostResolver(variant.build))
+        with self._variants_lock:
+            self.build_reasons.append(reason)
+            if self._num_threads is not None:
+                variant.runtime.set_num_threads(self._num_threads)
+            self._traced.append(variant)
+        LOG.info("ember: %s: compiling once for every size of %s (traced at %s; %d guards): %s",
+                 self.graph.name, ", ".join(symbols), variant.describe(variant.trace.samples),
+                 len(variant.trace.guards), reason)
+        return variant.build, variant.runtime
+
+    def _refuse(self, why: NotTraceable) -> None:
+        """Note a refused trace.  One refused for the graph (no trace: e.g. a node that runs
+        in the host) or too many refused for a size compiled in turn tracing off for the
+        module; sizes in the region of a refused trace are compiled into the code from then
+        on."""
+        with self._variants_lock:
+            self._refusals += not why.pinned
+            self.last_refusal = str(why)
+            if why.trace is None:
+                self.runtime_dims_reason = str(why)
+            else:
+                self._refused.append((why.trace, str(why)))
+                if self._refusals >= MAX_REFUSED_TRACES:
+                    self.runtime_dims_reason = (f"{self._refusals} traces were refused, the "
+                                                f"last because {why}")
 
     def _build_variant(self, shapes: dict[str, tuple[int, ...]]) -> tuple[Build, CompiledModel]:
         from ember.package.artifact import pack_artifact
@@ -263,8 +366,23 @@ class Module:
         except NotSeparable:
             batch = None
         why = []
-        if any(symbol != batch for symbol in changed):
-            why.append("sizes other than the batch are compiled into the code")
+        with self._variants_lock:
+            traced = list(self._traced)
+        broken = None   # the guard of a traced build these shapes break, if any
+        for variant in traced:
+            try:
+                variant.dims_for(shapes)
+            except GuardFailed as failure:
+                broken = failure
+                break
+            except NotTraceable:
+                continue    # a build for another batch block size
+        if broken is not None:
+            why.append(f"the build for every size does not serve them: {broken}")
+        if any(symbol != batch for symbol in changed) and \
+                (self.runtime_dims_reason or self.last_refusal):
+            why.append("sizes other than the batch are compiled into the code (" +
+                       (self.runtime_dims_reason or self.last_refusal) + ")")
         if batch in changed:
             why.append("a block size the batch runs in" if self.batch_split is not None else
                        f"the batch does not run in blocks: {self.batch_split_reason}")
@@ -299,7 +417,7 @@ class Module:
         return run_in_blocks(arrays, plan.split.inputs, plan.split.batch_outputs,
                              [(size, variant[1]._run) for size, variant in plan.blocks])
 
-    def _bind(self, feeds: Mapping[str, Any], blocks: bool = False
+    def _bind(self, feeds: Mapping[str, Any], blocks: bool = False, traced: bool = True
               ) -> tuple[dict[str, np.ndarray], Any]:
         """The checked input arrays, and the variant compiled for their shapes; with
         ``blocks``, a batch the compiled blocks serve gives instead the :class:`_BlockPlan`
@@ -309,9 +427,10 @@ class Module:
         # Arrays of dtypes and shapes seen before go straight to their variant, whose runtime
         # checks dtype and shape exactly: the per-call cost of a small model is this path.
         call_key = self._call_key(feeds)
-        known = self._by_call_key.get(call_key) if call_key is not None else None
+        known = self._by_call_key.get(call_key) if call_key is not None and traced else None
         if known is not None:
             self._last = known
+            self._last_shapes = {name: feeds[name].shape for name in self.graph.inputs}
             return dict(feeds), known
 
         arrays = {name: as_array(name, value, _describe(self.graph.types.get(name)))
@@ -323,8 +442,8 @@ class Module:
             plan = self._block_plan(shapes, split)
             if plan is not None:
                 return arrays, plan
-        variant = self._variant(shapes)
-        if call_key is not None:
+        variant = self._variant(shapes, traced)
+        if call_key is not None and traced:
             with self._variants_lock:
                 self._by_call_key[call_key] = variant
         return arrays, variant
@@ -338,8 +457,7 @@ class Module:
         batch = shapes[split.inputs[0]][0]
         if batch == 0 or any(shapes[name][0] != batch for name in split.inputs):
             return None  # inputs that disagree on the batch: the compiler reports it
-        others = tuple(sorted((name, shape[1:] if name in split.inputs else shape)
-                              for name, shape in shapes.items()))
+        others = self._other_dims(shapes, split)
         with self._variants_lock:
             sizes = self._block_sizes.setdefault(others, set())
             known = set(sizes)
@@ -357,6 +475,21 @@ class Module:
         with self._variants_lock:
             sizes.update(variants)
         return _BlockPlan(split, [(size, variants[size]) for size in order])
+
+    def _other_dims(self, shapes: dict[str, tuple[int, ...]], split: BatchSplit) -> tuple:
+        """The key of a call's non-batch dims, under which the block sizes compiled for them
+        are kept: their sizes, or their symbols while the module compiles one build for every
+        size of them (the blocks then serve every size)."""
+        traced = not self.runtime_dims_reason
+        key = []
+        for name, shape in sorted(shapes.items()):
+            vtype = self.graph.types.get(name)
+            dims = vtype.shape if isinstance(vtype, TensorType) and vtype.shape is not None \
+                else (None,) * len(shape)
+            entry = tuple(single_symbol(dim) or size if traced else size
+                          for dim, size in zip(dims, shape))
+            key.append((name, entry[1:] if name in split.inputs else entry))
+        return tuple(key)
 
     def _call_key(self, feeds: Mapping[str, Any]) -> tuple | None:
         """(dtype, shape) of every input when all are plain arrays of the graph's inputs (the
@@ -384,7 +517,8 @@ class Module:
         from ember.runtime.profiling import check_counts
 
         check_counts(repeat, warmup)
-        arrays, (build, runtime) = self._bind(bind_run(self.input_names, feeds))
+        # a specialization: the per-step report describes one set of shapes
+        arrays, (build, runtime) = self._bind(bind_run(self.input_names, feeds), traced=False)
         times = runtime.profile(arrays, repeat=repeat, warmup=warmup)
         with self._variants_lock:
             threads = self._num_threads
@@ -423,6 +557,11 @@ class Module:
         from ember.package.artifact import save_artifact, save_batch_blocks
 
         build = self.build
+        if isinstance(self._last[1], RuntimeDimsModel) and self._last_shapes is not None:
+            # an artifact holds specializations (its runtime takes no run-time dims)
+            last = self._last
+            build = self._variant(self._last_shapes, traced=False)[0]
+            self._last = last
         plan = self._saved_blocks() if batch_blocks is not False else None
         if plan is None:
             if batch_blocks:
@@ -438,20 +577,20 @@ class Module:
         if self._all_static() or self._last is None:
             return None
         last = self._last
-        with self._variants_lock:
-            shapes = next(dict(key) for key, variant in self._variants.items() if variant is last)
+        shapes = self._last_shapes
+        assert shapes is not None
         split = self._split_for(shapes)
         if split is None:
             return None
-        others = tuple(sorted((name, shape[1:] if name in split.inputs else shape)
-                              for name, shape in shapes.items()))
+        others = self._other_dims(shapes, split)
         with self._variants_lock:
             sizes = set(self._block_sizes.get(others, ())) | {shapes[split.inputs[0]][0], 1}
         sizes.discard(0)
         if 1 not in self._block_sizes.get(others, ()):
             LOG.info("ember: %s: compiling a batch-1 block, so that the saved model runs every "
                      "batch size", self.graph.name)
-        builds = {size: self._variant(_with_batch(shapes, size, split))[0] for size in sizes}
+        builds = {size: self._variant(_with_batch(shapes, size, split), traced=False)[0]
+                  for size in sizes}
         with self._variants_lock:
             self._block_sizes.setdefault(others, set()).update(builds)
         self._last = last  # saving compiles blocks; the current specialization stays current

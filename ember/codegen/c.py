@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ember.core.target import Target
+from ember.core.traced import C_HELPERS as TRACED_SIZE_HELPERS, DIMS_ARRAY
 from ember.codegen.c_expr import ExprEmitter, ModuleContext
 from ember.codegen.c_fast_math import UNIT_FLAGS as FAST_FLOAT_UNIT_FLAGS, uses_fast_float
 from ember.codegen.c_gemm import emit_gemm, gemm_buffers, shared_gemm_unit
@@ -172,7 +173,10 @@ def kernel_unit(func: PrimFunc, target: Target,
     ctx = ModuleContext(target, shared_gemm=True)
     emitter = _KernelEmitter(ctx, func, {_UNIT_PLACEHOLDER, *THREAD_FUNCTIONS}, max_stack_bytes)
     kernel = emitter.emit(_UNIT_PLACEHOLDER, exported=False, linkage="EMBER_INTERNAL ")
-    text = "\n\n".join([_prelude(target, ctx), _THREAD_DECLARATION, kernel]) + "\n"
+    parts = [_prelude(target, ctx), _THREAD_DECLARATION, kernel]
+    if "EM_FLOOR" in kernel:  # sizes of a build traced over run-time dims
+        parts.insert(1, TRACED_SIZE_HELPERS)
+    text = "\n\n".join(parts) + "\n"
     link = KERNEL_UNIT_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
     flags = FAST_FLOAT_UNIT_FLAGS if uses_fast_float(ctx.helpers) else ()
     prototype = (f'EMBER_INTERNAL void {kernel_symbol(func)}({emitter.param_decls}) '
@@ -333,7 +337,9 @@ class _KernelEmitter:
         for position, p in enumerate(func.params):
             if p in self.vars or p in self.buffers:
                 raise CodegenError(f"parameter '{p.name}' of '{func.name}' appears twice")
-            name = self.names.fresh(p.name)
+            # the run-time dims array of a traced build keeps the name its sizes print with
+            name = DIMS_ARRAY if isinstance(p, Buffer) and p.name == DIMS_ARRAY else \
+                self.names.fresh(p.name)
             if isinstance(p, Buffer):
                 self.buffers[p] = name
                 const = "" if p in written else "const "

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ember.core.traced import as_size, is_traced
 from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.codegen import c_helpers as H
@@ -120,7 +121,7 @@ class ExprEmitter:
         # the IR's div/mod are that division (range analysis writes floor division of a
         # non-negative index so, see ember.ir.loop.index_simplify)
         if isinstance(e, Binary) and e.lanes == 1 and e.dtype is DType.INT64 and \
-                e.op in ("div", "mod") and isinstance(e.b, Const) and int(e.b.value) > 0:
+                e.op in ("div", "mod") and isinstance(e.b, Const) and as_size(e.b.value) > 0:
             return f"({self.index(e.a)} {'/' if e.op == 'div' else '%'} {self.index(e.b)})"
         return self.expr(e)
 
@@ -161,6 +162,9 @@ class ExprEmitter:
 
     # =========================================================================== constants
     def const(self, value: int | float | bool, dtype: DType) -> str:
+        if is_traced(value) and dtype is not DType.BOOL:
+            # a size of a build traced over run-time dims: its expression of em_dims
+            return f"(({compute_ctype(dtype)}){value.expr.c_code()})"
         if dtype is DType.BOOL:
             return "true" if value else "false"
         if dtype.is_float:

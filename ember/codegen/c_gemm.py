@@ -25,6 +25,7 @@ from __future__ import annotations
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Iterator
 
+from ember.core.traced import is_traced
 from ember.codegen.c_helpers import HelperSet
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import INDEX, Const, Load, Var
@@ -228,19 +229,24 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     # With A packed in strips, a module of units calls the shared micro-kernels (see
     # packed_micro_kernel); one translation unit inlines its own.
     shared = em.ctx.shared_gemm and (s.a_packed or pack_a)
+    # a kernel per row count a tile can have: up to MR, or M when fewer (a run-time M of a
+    # traced build may leave any count)
+    most_rows = mr if is_traced(s.m) else min(mr, s.m)
+
     def kernels_of(vectors: int) -> dict[int, str]:
         if shared:
             em.ctx.shared_gemm_tiles.add((vectors, lanes, mr))
             return {rows: packed_micro_kernel(em.ctx.helpers, rows, vectors, lanes, mr)
-                    for rows in range(1, min(mr, s.m) + 1)}
+                    for rows in range(1, most_rows + 1)}
         return {rows: micro_kernel(em.ctx.helpers, rows, vectors, lanes)
-                for rows in range(1, min(mr, s.m) + 1)}
+                for rows in range(1, most_rows + 1)}
 
     kernels = kernels_of(nr // lanes)
     # The last panel, when it holds few columns (a 7x7 image is 3 panels of 16 and one of
     # 1), is multiplied by a narrower micro-kernel: as many vectors as its columns need,
     # not NR's worth of multiply-adds on zero padding.
-    tail_vectors = -(-(s.n % nr) // lanes)
+    # (A run-time N leaves any count of columns there: its last panel takes the full one.)
+    tail_vectors = 0 if is_traced(s.n) else -(-(s.n % nr) // lanes)
     narrow = kernels_of(tail_vectors) if 0 < tail_vectors < nr // lanes else None
     panels = _panels(s)
     blocks_m, blocks_n, panels_per_task = _task_grid(s)

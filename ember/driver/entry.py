@@ -39,6 +39,7 @@ from typing import Any, Callable
 from ember.codegen.c_names import c_comment
 from ember.codegen.c_types import storage_ctype
 from ember.core.dtypes import DType
+from ember.core.traced import C_HELPERS as TRACED_SIZE_HELPERS, DIMS_ARRAY, is_traced, plain
 from ember.ir.graph import Graph
 from ember.ir.types import TensorType
 from ember.runtime.manifest import IndexCheck  # the artifact's record of a range check
@@ -119,11 +120,14 @@ class EntryStep:
     label: str = ""
     scratch_offsets: list[int] = field(default_factory=list)
     index_checks: list[IndexCheck] = field(default_factory=list)
+    # the kernel takes the run-time dims array as its last argument (a traced build)
+    runtime_dims: bool = False
 
 
 def tensor_spec(vtype: TensorType) -> dict[str, Any]:
     """A buffer as the signature and the manifest describe it: dtype name and static shape."""
-    return {"dtype": vtype.dtype.numpy.name, "shape": [int(d) for d in vtype.shape]}
+    # a traced build's signature describes its sample (the run-time shapes come from the dims)
+    return {"dtype": vtype.dtype.numpy.name, "shape": [plain(d) for d in vtype.shape]}
 
 
 def signature(g: Graph, steps: list[EntryStep], workspace_size: int, weights_size: int,
@@ -140,7 +144,7 @@ def signature(g: Graph, steps: list[EntryStep], workspace_size: int, weights_siz
                    "outputs": specs(step.writes)}
                   for step in steps if step.kind == "host"]
     return {"abi": ABI_VERSION, "inputs": specs(list(g.inputs)),
-            "outputs": specs(list(g.outputs)), "workspace_size": int(workspace_size),
+            "outputs": specs(list(g.outputs)), "workspace_size": plain(workspace_size),
             "weights_size": int(weights_size), "weights": weights, "host_nodes": host_nodes,
             "steps": len(steps), "input_alignment": INPUT_ALIGNMENT}
 
@@ -179,10 +183,17 @@ def _range_check_helper(dtype: DType) -> str:
 
 def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, int],
                    workspace_offsets: dict[str, int], workspace_size: int,
-                   weights_size: int = 0) -> str:
+                   weights_size: int = 0, runtime_dims: int = 0) -> str:
     """The C of ``ember_run``, ``ember_run_profiled``, ``ember_workspace_size`` and
     ``ember_signature`` for ``steps`` (in order; step ``k`` has index ``k``, which is also
-    its slot in ``step_seconds``)."""
+    its slot in ``step_seconds``).
+
+    ``runtime_dims`` > 0: a build traced over that many run-time dims
+    (``ember.core.traced``).  ``ember_run`` reads them as ``const int64_t em_dims[]`` from
+    the slot after the last input pointer and passes them to every kernel as its last
+    argument; sizes and offsets are expressions of them.  ``ember_workspace_size`` and the
+    signature give the sizes of the traced sample: the caller computes the workspace of a
+    call from the dims."""
     for position, step in enumerate(steps):
         if step.index != position:
             raise ValueError(f"step {position} has index {step.index}; steps must be numbered "
@@ -211,11 +222,15 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
     tail = _passthrough_lines(g, produced, output_index, pointer)
     unused = ["  (void)inputs; (void)outputs; (void)weights; (void)workspace;",
               "  (void)host; (void)host_ctx;"]
+    if runtime_dims:
+        unused.append(f"  const int64_t *{DIMS_ARRAY} = (const int64_t *)inputs[{len(g.inputs)}];"
+                      f" (void){DIMS_ARRAY};")
 
     lines = [HEADER,
+             *([TRACED_SIZE_HELPERS] if runtime_dims else []),
              *(_range_check_helper(d) for d in checked_dtypes),
              "EMBER_EXPORT int64_t ember_workspace_size(void)",
-             f"{{ return {workspace_size}; }}",
+             f"{{ return {plain(workspace_size)}; }}",
              "",
              "EMBER_EXPORT const char *ember_signature(void)",
              f"{{ return {_signature_literal(described)}; }}",
@@ -243,6 +258,11 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
     return "\n".join(lines) + "\n"
 
 
+def _c_int64(value: int) -> str:
+    """An int64 constant in C, or the expression of a size a traced build takes at run time."""
+    return f"((int64_t){value})" if is_traced(value) else f"INT64_C({value})"
+
+
 def _step_lines(g: Graph, step: EntryStep, pointer: Callable[[str], str]) -> list[str]:
     """The C statements of one step: its range checks, then the kernel call or host call."""
     lines = [f"  /* step {step.index}: {c_comment(step.label)} */"]
@@ -251,10 +271,12 @@ def _step_lines(g: Graph, step: EntryStep, pointer: Callable[[str], str]) -> lis
         count = vtype.nbytes // vtype.dtype.itemsize
         lines.append(f"  if (em_out_of_range_{vtype.dtype.numpy.name}("
                      f"(const {storage_ctype(vtype.dtype)} *){pointer(check.input)}, "
-                     f"{count}, INT64_C({check.low}), INT64_C({check.high})))")
+                     f"{count}, {_c_int64(check.low)}, {_c_int64(check.high)}))")
         lines.append(f"    return {status_code(step.index, STATUS_INDEX_OUT_OF_RANGE)};")
     args = [pointer(n) for n in step.reads] + [pointer(n) for n in step.writes]
     args += [f"(void *)(workspace + {offset})" for offset in step.scratch_offsets]
+    if step.kind == "kernel" and step.runtime_dims:
+        args.append(DIMS_ARRAY)
     if step.kind == "kernel":
         lines.append(f"  {step.kernel_name}({', '.join(args)});")
     else:

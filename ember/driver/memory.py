@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ember.core.traced import DIMS_ARRAY
 from ember.driver.kernels import KernelImpl
 from ember.ir.graph import Graph
 from ember.ir.loop.stmt import For, Seq
@@ -116,7 +117,8 @@ def _nbytes(g: Graph, name: str) -> int:
 def _scratch_buffers(impl: KernelImpl) -> list[int]:
     if impl.func is None or not impl.scratch:
         return []
-    params = [p for p in impl.func.params if hasattr(p, "nbytes")]
+    # buffers, but not the run-time dims array of a traced build (the caller's, not scratch)
+    params = [p for p in impl.func.params if hasattr(p, "nbytes") and p.name != DIMS_ARRAY]
     return [p.nbytes for p in params[len(params) - impl.scratch:]]
 
 

@@ -30,6 +30,7 @@ from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dtypes import DType
 from ember.core.errors import CompileError, EmberError
 from ember.core.target import Target
+from ember.core.traced import DIMS_ARRAY, active_trace
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.passes.context import PassContext
@@ -158,6 +159,9 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     if g.groups is None:  # a pipeline without fusion: one kernel per node
         g.groups = singleton_groups(g)
     impls = implement_groups(g, g.groups, {id(node): kernel_support(node) for node in g.nodes})
+    trace = active_trace()
+    if trace is not None:
+        _check_traceable(impls)
     with ExitStack() as scope:
         # Kernel units start compiling as soon as each kernel is scheduled, while the next
         # ones are (a WebAssembly module is one unit, compiled at the end).
@@ -174,6 +178,8 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
                 scheduled = vectorize_reductions(scheduled, options.target)
                 scheduled = simplify_indices(partition_guarded_loops(scheduled))
                 impl.func = _element_aligned_inputs(g, impl, hoist_invariant_divisions(scheduled))
+                if trace is not None:
+                    impl.func = _with_runtime_dims(impl.func, len(trace.names))
             if unit_build is not None:
                 with _internal_errors(f"generating C for kernel {impl.index}"):
                     of = kernel_unit(impl.func, options.target)
@@ -199,8 +205,12 @@ def _finish_build(g: Graph, impls: list[KernelImpl], options: BuildOptions,
         check_build_memory(memory.workspace_size, weights_size, limit)
         _allow_aliasing(impls, memory)
         steps = [_entry_step(impl, memory, kernel_symbol) for impl in impls]
+        trace = active_trace()
+        runtime_dims = len(trace.names) if trace is not None else 0
+        for step in steps:
+            step.runtime_dims = bool(runtime_dims)
         entry = generate_entry(g, steps, weight_offsets, memory.offsets, memory.workspace_size,
-                               weights_size)
+                               weights_size, runtime_dims)
     with _internal_errors("generating C"):
         module = CModule(kernels=[impl.func for impl in impls if impl.func], extra_source=entry,
                          exports=["ember_run", "ember_workspace_size", "ember_signature"],
@@ -250,6 +260,25 @@ def _allow_aliasing(impls: list[KernelImpl], memory: MemoryPlanReport) -> None:
     for impl in impls:
         if impl.func is not None and in_place & set(impl.group.outputs):
             impl.func = replace(impl.func, attrs=impl.func.attrs + (("noalias", False),))
+
+
+def _check_traceable(impls: list[KernelImpl]) -> None:
+    """A build traced over run-time dims runs compiled kernels only: a fallback node is
+    handed buffers of the shapes of one specialization."""
+    hosts = [impl for impl in impls if impl.kind == "host"]
+    if hosts:
+        node = hosts[0].node
+        raise CompileError(f"node '{node.name}' ({node.op}) runs as a numpy fallback, which "
+                           f"takes static shapes only")
+
+
+def _with_runtime_dims(func: PrimFunc, count: int) -> PrimFunc:
+    """``func`` with the run-time dims array as its last parameter (its sizes print as
+    expressions of ``em_dims``; see ``ember.core.traced``)."""
+    from ember.ir.loop.buffer import Buffer
+
+    dims = Buffer(DIMS_ARRAY, DType.INT64, (count,), align=8)
+    return replace(func, params=func.params + (dims,))
 
 
 def _element_aligned_inputs(g: Graph, impl: KernelImpl, func: PrimFunc) -> PrimFunc:

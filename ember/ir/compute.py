@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ember.core.dtypes import DType
+from ember.core.traced import as_size, is_traced
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import INDEX, BufferLoad, Cast, Const, Expr, Load, Var, as_expr
 
@@ -58,7 +59,7 @@ class ComputeContext:
         outside its input, and ONNX calls an out-of-range index an error, not a value to
         clamp: the compiled model checks the input before the kernel runs and fails with an
         error naming the node (``ember.driver.entry``)."""
-        self.index_checks.append((int(index), int(low), int(high)))
+        self.index_checks.append((int(index), as_size(low), as_size(high)))
 
     @property
     def num_outputs(self) -> int:
@@ -166,7 +167,7 @@ def _read_tensors(body: Expr) -> tuple[Tensor, ...]:
 
 
 def placeholder(shape: Sequence[int], dtype: DType, name: str = "in") -> Tensor:
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(as_size(d) for d in shape)
     tensor = Tensor(name, dtype, shape, Buffer(name, dtype, shape))
     _TENSORS[tensor.buffer] = tensor
     return tensor
@@ -175,7 +176,7 @@ def placeholder(shape: Sequence[int], dtype: DType, name: str = "in") -> Tensor:
 def compute(shape: Sequence[int], fcompute: Callable[..., Expr], name: str = "T",
             dtype: DType | None = None) -> Tensor:
     """A tensor whose element at index ``i`` is ``fcompute(*i)``."""
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(as_size(d) for d in shape)
     unique = f"{name}_{next(_names)}"
     axes = tuple(Var(f"{unique}_i{a}") for a in range(len(shape)))
     body = as_expr(fcompute(*axes))
@@ -189,7 +190,7 @@ def compute(shape: Sequence[int], fcompute: Callable[..., Expr], name: str = "T"
 
 
 def reduce_axis(extent: int, name: str = "k") -> IterVar:
-    return IterVar(f"{name}_{next(_names)}", INDEX, int(extent))
+    return IterVar(f"{name}_{next(_names)}", INDEX, as_size(extent))
 
 
 def _axes(axis: IterVar | Sequence[IterVar]) -> tuple[IterVar, ...]:
@@ -254,6 +255,8 @@ def const_like(value: float | int | bool, dtype: DType) -> Const:
     """A constant of ``dtype`` (ints for integer types, floats for float types)."""
     if dtype == DType.BOOL:
         return Const(bool(value), dtype)
+    if is_traced(value):  # a size of a traced build: printed as its expression
+        return Const(value, dtype)
     return Const(float(value) if dtype.is_float else int(value), dtype)
 
 

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ember.core.traced import is_traced
 from ember.core.dims import SymDim
 from ember.core.dtypes import DType
 from ember.core.errors import ShapeError
@@ -142,6 +143,8 @@ def has_symbols(array: np.ndarray) -> bool:
 def like_input(result: object, x: np.ndarray) -> np.ndarray:
     """``result`` as an array of x's dtype; shape values holding symbols stay object arrays."""
     result = np.asarray(result)
+    if result.dtype == object and any(is_traced(v) for v in result.flat):
+        return result   # sizes a traced build takes at run time stay traced
     return result if has_symbols(result) else result.astype(x.dtype, copy=False)
 
 

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ember.core.traced import is_traced
 from ember.core.dims import Dim, dim_product
 from ember.core.dtypes import DType
 from ember.ir.types import TensorType, ValueType
@@ -33,9 +34,15 @@ def normalized_indices(ctx: Ctx, indices: np.ndarray, dim: int, what: str) -> np
     if idx.dtype.kind not in "iu":
         raise ctx.error(f"{what} must be integers, got {idx.dtype}")
     idx = idx.astype(np.int64)
-    if idx.size and (idx.min() < -dim or idx.max() >= dim):
-        bad = idx[(idx < -dim) | (idx >= dim)].reshape(-1)[0]
+    # (Python ints against the dim: a run-time dim of a traced build decides with guards)
+    if idx.size and (int(idx.min()) < -dim or int(idx.max()) >= dim):
+        bad = next(i for i in idx.reshape(-1).tolist() if i < -dim or i >= dim)
         raise ctx.error(f"{what} {bad} is out of range for a dim of size {dim}")
+    if not bool((idx < 0).any()):
+        return idx
+    if is_traced(dim):
+        return np.array([i + dim if i < 0 else i for i in idx.reshape(-1).tolist()],
+                        dtype=object).reshape(idx.shape)
     return np.where(idx < 0, idx + dim, idx)
 
 

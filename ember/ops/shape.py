@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ember.core.traced import as_size
 from ember.core.dims import Dim, SymDim, dim_product, dims_equal, exact_divide
 from ember.core.dtypes import DType
 from ember.core.errors import ShapeError
@@ -65,7 +66,7 @@ def int_list(ctx: Ctx, value: np.ndarray | None, what: str) -> list[int]:
             raise ctx.error(f"{what} holds the symbolic value {v}, a concrete integer is needed")
         if not isinstance(v, (int, np.integer)):
             raise ctx.error(f"{what} must hold integers, got {v!r}")
-    return [int(v) for v in values]
+    return [as_size(v) for v in values]   # a traced size stays traced
 
 
 def scalar_int(ctx: Ctx, value: np.ndarray | None, what: str) -> int:

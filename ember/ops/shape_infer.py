@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ember.core.traced import as_size
 from ember.core.dims import Dim, SymDim, dims_equal
 from ember.core.dtypes import DType
 from ember.core.errors import ShapeError
@@ -104,4 +105,4 @@ def shape_from_constant(value: np.ndarray | None, rank: int | None = None) -> tu
     """A shape given as a constant int tensor, or None if the tensor is not constant."""
     if value is None:
         return None if rank is None else tuple(None for _ in range(rank))
-    return tuple(v if isinstance(v, SymDim) else int(v) for v in np.asarray(value).reshape(-1))
+    return tuple(v if isinstance(v, SymDim) else as_size(v) for v in np.asarray(value).reshape(-1))

@@ -34,6 +34,7 @@ import numpy as np
 
 from ember.core.dims import Dim, SymDim
 from ember.core.errors import EmberError, ShapeError
+from ember.core.traced import as_size, is_traced
 from ember.ir.graph import Graph, Node
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ops.registry import InferContext, RefContext, get_op
@@ -139,6 +140,8 @@ def _fold_known_value(node: Node, opdef, attrs: dict[str, Any], known: dict[str,
     if node.op == "Size" and node.inputs:
         _fold_size(node, known, types)
         return
+    if any(name and name not in known for name in node.inputs):
+        return  # an input of unknown value: nothing to fold
     for name in node.outputs:  # never materialize a large tensor just to learn its value
         if not name:
             continue
@@ -199,13 +202,15 @@ def _fold_size(node: Node, known: dict[str, Any], types: dict[str, ValueType | N
 def _count(shape) -> int:
     total = 1
     for d in shape:
-        total *= int(d)
+        total *= as_size(d)
     return total
 
 
 def _simplify(value: np.ndarray) -> np.ndarray:
-    """Object arrays that hold only ints become int64 arrays again."""
-    if value.dtype == object and all(isinstance(v, (int, np.integer)) for v in value.flat):
+    """Object arrays that hold only plain ints become int64 arrays again (a traced size
+    stays an object, so that a Reshape of it to the shape of a Shape keeps it traced)."""
+    if value.dtype == object and all(isinstance(v, (int, np.integer)) and not is_traced(v)
+                                     for v in value.flat):
         return value.astype(np.int64)
     return value
 

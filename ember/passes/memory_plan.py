@@ -4,12 +4,16 @@ Every intermediate tensor gets an offset in a single arena.  A tensor is live fr
 that produces it to the last node that reads it; tensors whose lifetimes do not overlap share
 memory.  The placement is greedy best-fit in order of execution, which is what TFLite and TVM's
 planners do at their simplest, and is close to optimal on the chain-like graphs of inference.
-Offsets are aligned to 64 bytes (a cache line, and an AVX-512 vector).
+Offsets are aligned to 64 bytes (a cache line, and an AVX-512 vector).  In a build that
+takes sizes at run time, a tensor whose size varies gets the slot of the largest size of its
+class (``ember.core.traced.class_bound``), so the plan holds for every size of the class.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ember.core.traced import class_bound
 
 ALIGNMENT = 64
 
@@ -45,7 +49,8 @@ def plan_memory(intervals: list[Interval]) -> MemoryPlan:
     offsets: dict[str, int] = {}
     arena_end = 0
     for interval in sorted(intervals, key=lambda i: (i.start, -i.nbytes)):
-        size = align(max(interval.nbytes, 1))
+        # a size that varies at run time gets the slot of the largest size of its class
+        size = align(max(class_bound(interval.nbytes), 1))
         busy = sorted((off, off + sz) for off, sz, other in placed
                       if not (other.end < interval.start or other.start > interval.end))
         best_offset, best_waste = None, None

@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 
 from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dims import SymDim
+from ember.core.traced import is_traced
 from ember.core.errors import InputError
 from ember.ir.graph import Graph
 from ember.ir.types import TensorType
@@ -45,7 +46,9 @@ def specialize(graph: Graph, input_shapes: Mapping[str, Sequence[int]],
                 continue
             raise InputError(f"input '{name}' has a dynamic shape {vtype}; give its concrete "
                              f"shape (input_shapes={{'{name}': (...)}})")
-        shape = tuple(int(d) for d in shape)
+        # A traced size (ember.core.traced) stays traced: the build is then valid for every
+        # size its guards allow, not for this one only.
+        shape = tuple(d if is_traced(d) else int(d) for d in shape)
         if any(size < 0 for size in shape):
             raise InputError(f"input '{name}': shape {shape} has a negative dimension")
         if vtype.shape is not None:

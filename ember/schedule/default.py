@@ -18,6 +18,7 @@ It is deliberately simple; the tuner searches real schedules over the same primi
 
 from __future__ import annotations
 
+from ember.core.traced import as_size, is_traced, may_be_nonzero
 from ember.core.target import Target
 from ember.ir.loop.expr import Const, Load
 from ember.ir.loop.functor import walk
@@ -64,7 +65,7 @@ def _schedule_nest(schedule: Schedule, nest: For, target: Target, fuse_passes: b
             outer, inner = schedule.split(name, CHUNK, tail="peel")
             schedule.parallel(outer)
             schedule.vectorize(inner)
-            if _extent(innermost) % CHUNK:
+            if may_be_nonzero(_extent(innermost) % CHUNK):
                 schedule.vectorize(f"{name}_t")
         elif vectorizable:
             schedule.vectorize(name)
@@ -81,7 +82,8 @@ def _schedule_nest(schedule: Schedule, nest: For, target: Target, fuse_passes: b
         inner = spatial[-1]
         outer_names = [l.var.name for l in spatial[:-1]]
         inner_name = inner.var.name
-        if _extent(inner) >= 2 * COLUMN_BLOCK and _extent(inner) % COLUMN_BLOCK == 0:
+        if _extent(inner) >= 2 * COLUMN_BLOCK and not is_traced(_extent(inner)) and \
+                _extent(inner) % COLUMN_BLOCK == 0:
             # Column blocks outermost: a block of the reused operand (a matrix product's
             # B) stays in cache while every row accumulates against it.
             block, inner_name = schedule.split(inner_name, COLUMN_BLOCK)
@@ -192,7 +194,7 @@ def _register_tile_shape(col_extent: int, lanes: int) -> tuple[int, int]:
 
 def _extent(loop: For) -> int:
 
-    return int(loop.extent.value) if isinstance(loop.extent, Const) else 0
+    return as_size(loop.extent.value) if isinstance(loop.extent, Const) else 0
 
 
 def _work(loop: For) -> int:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ember.core.traced import as_size, may_be_nonzero, size_class
 from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.ir.loop.affine import affine_coefficients
@@ -159,7 +160,8 @@ def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset
             # B with contiguous rows is read in place but for its partial last panel; any
             # other B is gathered into panels (per batch element when it moves with them)
             direct = gemm.b_is_matrix and gemm.b_j_dims[0][1] == 1
-            panels = (1 if gemm.n % gemm.knobs.nr else 0) if direct else _panels(gemm)
+            panels = (1 if may_be_nonzero(gemm.n % gemm.knobs.nr) else 0) if direct \
+                else _panels(gemm)
             if panels:
                 # every batch element's panels at once (one parallel loop for all) when
                 # they fit, else one element at a time
@@ -265,7 +267,7 @@ def _match_scalar(stmt: Stmt) -> tuple[_Product, int] | None:
 
 
 def _loops(loops: list[For]) -> list[tuple[Var, int]]:
-    return [(l.var, int(l.extent.value)) if isinstance(l.extent, Const) and
+    return [(l.var, as_size(l.extent.value)) if isinstance(l.extent, Const) and
             isinstance(l.start, Const) and l.start.value == 0 else (l.var, -1) for l in loops]
 
 
@@ -492,6 +494,9 @@ def default_knobs(m: int, n: int, k: int, batch: int, target: Target) -> GemmKno
     task reads its rows of A against its panels of B, so with few rows (an MLP, a batch-1
     transformer) the columns are split and A is re-read, and with many rows the rows are.
     """
+    # sizes a traced build takes at run time are planned for by their class (the blocking is
+    # correct for every size: its loops run to the run-time extents)
+    m, n, k, batch = (size_class(size) for size in (m, n, k, batch))
     lanes = target.lanes_for(DType.FLOAT32)
     mr, vectors = register_tile(target)
     nr = vectors * lanes

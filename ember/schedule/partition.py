@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ember.core.traced import as_size, may_be_nonzero
 from ember.core.dtypes import DType
 from ember.ir.loop.affine import split_affine
 from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Select, Var
@@ -61,7 +62,7 @@ def _split(loop: For, ranges: dict[Var, Interval], taken: set[str]) -> Stmt | No
     if loop.kind not in (ForKind.SERIAL, ForKind.VECTORIZED) or \
             not isinstance(loop.start, Const) or not isinstance(loop.extent, Const):
         return None
-    start, end = int(loop.start.value), int(loop.start.value) + int(loop.extent.value)
+    start, end = as_size(loop.start.value), as_size(loop.start.value) + as_size(loop.extent.value)
     guards = [g for g in _guards(loop.body) if expr_uses(g, loop.var)]
     if not guards or sum(isinstance(n, For) for n in walk(loop.body)) > MAX_BODY_LOOPS:
         return None
@@ -211,9 +212,10 @@ def _loop_ranges(stmt: Stmt) -> dict[Var, Interval]:
     ranges: dict[Var, Interval] = {}
     for node in walk(stmt):
         if isinstance(node, For) and isinstance(node.start, Const) and \
-                isinstance(node.extent, Const) and int(node.extent.value) > 0:
-            start = int(node.start.value)
-            low, high = start, start + int(node.extent.value) - 1
+                isinstance(node.extent, Const) and may_be_nonzero(node.extent.value) and \
+                node.extent.value >= 0:   # (a traced extent: the range when the body runs)
+            start = as_size(node.start.value)
+            low, high = start, start + as_size(node.extent.value) - 1
             if node.var in ranges:
                 low, high = min(low, ranges[node.var][0]), max(high, ranges[node.var][1])
             ranges[node.var] = (low, high)

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ember.core.traced import as_size, may_be_nonzero
 from ember.core.errors import EmberError
 from ember.ir.loop.expr import INDEX, Const, Expr, Var
 from ember.ir.loop.functor import rewrite, substitute, walk
@@ -124,19 +125,21 @@ class Schedule:
                                 f"{tail!r} (expected 'guard' or 'peel')")
         outer, inner = Var(f"{name}_o"), Var(f"{name}_i")
         index = outer * factor + inner
-        full, remainder = divmod(extent, factor)
+        # (a traced extent leaves a remainder whatever its sample: the code for one is kept)
+        full, remainder = extent // factor, extent % factor
+        has_remainder = may_be_nonzero(remainder)
         self._check_new_names("split", name, outer.name, inner.name,
-                              *([f"{name}_t"] if remainder and tail == "peel" else []))
+                              *([f"{name}_t"] if has_remainder and tail == "peel" else []))
         start = loop.start
         body = substitute(loop.body, {loop.var: simplify(start + index)})
-        if remainder and tail == "guard":
+        if has_remainder and tail == "guard":
             body = IfThenElse(simplify((outer * factor + inner).lt(extent)), body)
-            outer_extent = full + 1
+            outer_extent = (extent + factor - 1) // factor
         else:
             outer_extent = full
         new: Stmt = For(outer, Const(0, INDEX), Const(outer_extent, INDEX), loop.kind,
                         For(inner, Const(0, INDEX), Const(factor, INDEX), ForKind.SERIAL, body))
-        if remainder and tail == "peel":
+        if has_remainder and tail == "peel":
             rest = Var(f"{name}_t")
             tail_body = substitute(loop.body, {loop.var: simplify(start + full * factor + rest)})
             tail_body = self._rename_copied_loops(tail_body)
@@ -226,7 +229,7 @@ class Schedule:
 def _const_extent(loop: For, func_name: str) -> int:
     if not isinstance(loop.extent, Const):
         raise ScheduleError(f"{func_name}: loop '{loop.var.name}' has a non-constant extent")
-    return int(loop.extent.value)
+    return as_size(loop.extent.value)
 
 
 def loop_nests(body: Stmt) -> list[For]:

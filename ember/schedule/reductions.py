@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ember.core.traced import as_size, may_be_nonzero, size_class
 from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.ir.loop.affine import split_affine
@@ -66,8 +67,9 @@ def _lane_parallel(loop: For, target: Target, taken: set[str]) -> Stmt | None:
         return None
     accumulator, op, term = reduction
     lanes = 2 * target.lanes_for(accumulator.dtype)
-    start, extent = int(loop.start.value), int(loop.extent.value)
-    if target.lanes_for(accumulator.dtype) < 2 or extent < MIN_VECTORS_PER_ROW * lanes:
+    start, extent = as_size(loop.start.value), as_size(loop.extent.value)
+    if target.lanes_for(accumulator.dtype) < 2 or \
+            size_class(extent) < MIN_VECTORS_PER_ROW * lanes:  # (a heuristic: by class)
         return None
     name = _fresh(f"{accumulator.name}_lanes", taken)
     partials = Buffer(name, accumulator.dtype, (lanes,), scope="local")
@@ -90,7 +92,7 @@ def _lane_parallel(loop: For, target: Target, taken: set[str]) -> Stmt | None:
             Store(accumulator, Const(0, INDEX),
                   Binary(op, Load(accumulator, Const(0, INDEX)), Load(partials, combine_lane)))),
     ]
-    if extent % lanes:
+    if may_be_nonzero(extent % lanes):
         steps.append(For(tail, Const(start + whole * lanes, INDEX),
                          Const(extent % lanes, INDEX), ForKind.SERIAL,
                          replace(loop.body, value=Binary(

@@ -10,6 +10,7 @@ constants of variables, as ``Buffer.flat_index`` builds them -- so they are answ
 
 from __future__ import annotations
 
+from ember.core.traced import as_size
 from ember.ir.loop.expr import INDEX, Binary, Broadcast, Const, Expr, Ramp, Var
 from ember.ir.loop.functor import substitute, walk
 from ember.ir.loop.simplify import simplify
@@ -19,7 +20,7 @@ def affine_coefficients(expr: Expr) -> dict[Var | None, int] | None:
     """``expr`` as ``{var: coefficient, None: constant}`` if it is an integer affine
     combination of variables (sums, differences, products by constants), else None."""
     if isinstance(expr, Const):
-        return {None: int(expr.value)} if expr.dtype.is_int and expr.lanes == 1 else None
+        return {None: as_size(expr.value)} if expr.dtype.is_int and expr.lanes == 1 else None
     if isinstance(expr, Var):
         return {expr: 1}
     if isinstance(expr, Binary) and expr.op in ("add", "sub"):
@@ -62,7 +63,7 @@ def split_affine(expr: Expr, var: Var) -> tuple[int | None, Expr]:
                 coefficient, rest = split_affine(other, var)
                 if coefficient is None:
                     return None, expr
-                return coefficient * int(factor.value), Binary("mul", rest, factor)
+                return coefficient * as_size(factor.value), Binary("mul", rest, factor)
     return None, expr
 
 
@@ -78,7 +79,7 @@ def local_stride(index: Expr, var: Var, extents: dict) -> int | None:
     point[var] = Const(max(extents.get(var, 2) // 2, 0) + 1, INDEX)
     there = simplify(substitute(index, point))
     if isinstance(here, Const) and isinstance(there, Const):
-        return int(there.value) - int(here.value)
+        return as_size(there.value) - as_size(here.value)
     return None
 
 

@@ -31,6 +31,7 @@ import math
 from dataclasses import replace
 from typing import Mapping
 
+from ember.core.traced import as_size, may_be_nonzero
 from ember.core.dtypes import DType
 from ember.ir.loop.expr import Binary, Const, Expr, Load, Var
 from ember.ir.loop.functor import rewrite
@@ -71,8 +72,10 @@ def _stmt(stmt: Stmt, ranges: dict[Var, Interval]) -> Stmt:
     if isinstance(stmt, For):
         inner = dict(ranges)
         start, extent = stmt.start, stmt.extent
-        if isinstance(start, Const) and isinstance(extent, Const) and int(extent.value) > 0:
-            inner[stmt.var] = (int(start.value), int(start.value) + int(extent.value) - 1)
+        if isinstance(start, Const) and isinstance(extent, Const) and \
+                may_be_nonzero(extent.value) and extent.value >= 0:  # (as in the body)
+            inner[stmt.var] = (as_size(start.value),
+                               as_size(start.value) + as_size(extent.value) - 1)
         else:
             inner.pop(stmt.var, None)
         body = _stmt(stmt.body, inner)
@@ -135,7 +138,7 @@ def interval(expr: Expr, ranges: Ranges) -> Interval | None:
     """Inclusive bounds of an int64 ``expr`` given the ``ranges`` of its variables; None if
     they are not known."""
     if isinstance(expr, Const):
-        return (int(expr.value), int(expr.value)) if expr.dtype.is_int else None
+        return (as_size(expr.value), as_size(expr.value)) if expr.dtype.is_int else None
     if isinstance(expr, Var):
         return ranges.get(expr)
     if not isinstance(expr, Binary):
@@ -168,8 +171,8 @@ def interval(expr: Expr, ranges: Ranges) -> Interval | None:
 
 
 def _positive_constant(expr: Expr) -> int | None:
-    if isinstance(expr, Const) and expr.dtype.is_int and int(expr.value) > 0:
-        return int(expr.value)
+    if isinstance(expr, Const) and expr.dtype.is_int and as_size(expr.value) > 0:
+        return as_size(expr.value)
     return None
 
 
@@ -181,7 +184,7 @@ Linear = tuple[dict[Expr, int], int]
 
 def _linear(expr: Expr) -> Linear:
     if isinstance(expr, Const) and expr.dtype.is_int:
-        return {}, int(expr.value)
+        return {}, as_size(expr.value)
     if isinstance(expr, Binary) and expr.op in ("add", "sub") and _is_index(expr):
         (ta, ca), (tb, cb) = _linear(expr.a), _linear(expr.b)
         sign = 1 if expr.op == "add" else -1
@@ -193,7 +196,7 @@ def _linear(expr: Expr) -> Linear:
         for factor, other in ((expr.b, expr.a), (expr.a, expr.b)):
             if isinstance(factor, Const) and factor.dtype.is_int:
                 terms, constant = _linear(other)
-                k = int(factor.value)
+                k = as_size(factor.value)
                 return {t: c * k for t, c in terms.items() if c * k}, constant * k
     return {expr: 1}, 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember.core.traced import as_size, is_traced
 from ember.core.dtypes import DType
 from ember.ir.loop.expr import Binary, Const, Expr
 from ember.ir.loop.functor import rewrite
@@ -56,9 +57,11 @@ def _fold_const(op: str, a: Const, b: Const, dtype: DType) -> Const | None:
             info = np.iinfo(dtype.numpy)
         except ValueError:
             return None
-        value = _fold(op, int(a.value), int(b.value), True)
+        value = _fold(op, as_size(a.value), as_size(b.value), True)
         if value is None:
             return None
+        if is_traced(value):  # a run-time size: it stays an expression, guarded in range
+            return Const(value, dtype) if info.min <= value <= info.max else None
         span = int(info.max) - int(info.min) + 1
         return Const((value - int(info.min)) % span + int(info.min), dtype)
     if dtype.is_float:

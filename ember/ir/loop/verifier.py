@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from ember.core.traced import may_be_nonzero
 from ember.core.dtypes import DType
 from ember.core.errors import VerificationError
 from ember.ir.loop.buffer import Buffer
@@ -85,7 +86,7 @@ class _Checker:
             self._buffer(buffer, buffers)
         if s.b_direct:
             if s.b_packed or not s.b_is_matrix or s.b_j_dims[0][1] != 1 or \
-                    (s.pack is not None) != (s.n % s.knobs.nr != 0):
+                    (s.pack is not None) != may_be_nonzero(s.n % s.knobs.nr):
                 raise self.fail("a Gemm reading B in place needs contiguous rows, and scratch "
                                 "exactly for a partial last panel")
         elif s.b_packed == (s.pack is not None):
@@ -102,7 +103,7 @@ class _Checker:
         if [math.prod(e for e, _ in dims) for dims in walks] != [s.k, s.n] or \
                 (s.b_packed and not s.b_is_matrix):
             raise self.fail(f"Gemm B walk {walks} does not cover {s.k} x {s.n}")
-        if min(s.m, s.n, s.k) < 1 or s.knobs.nr % s.knobs.lanes:
+        if any(size < 1 for size in (s.m, s.n, s.k)) or s.knobs.nr % s.knobs.lanes:
             raise self.fail(f"Gemm of {s.m}x{s.n}x{s.k} with tile {s.knobs}")
 
     def _buffer(self, buffer: Buffer, buffers: set) -> None:

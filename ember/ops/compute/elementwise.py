@@ -25,6 +25,7 @@ import math
 from typing import Callable, Sequence
 
 import ember.ops.families  # noqa: F401  (registers the ops these definitions attach to)
+from ember.core.traced import as_size
 from ember.core.dtypes import DType
 from ember.ir.compute import (ComputeContext, Tensor, compute, const_like,
                               reduce_axis, reduce_prod, widen)
@@ -71,7 +72,7 @@ def elementwise(ctx: ComputeContext, operands: Sequence[Tensor], fn: Fn, name: s
     cast to the output dtype the graph expects.
     """
     out = ctx.output_types[0]
-    shape = tuple(int(d) for d in out.shape)
+    shape = tuple(as_size(d) for d in out.shape)
 
     def body(*indices: Expr) -> Expr:
         values = [broadcast_load(t, shape, indices) for t in operands]
@@ -347,7 +348,7 @@ def _integer_pow(ctx: ComputeContext, x: Tensor, y: Tensor) -> Tensor:
     require(exponent is not None)
     largest = int(exponent.max()) if exponent.size else 0
     require(largest <= _MAX_INT_EXPONENT)
-    shape = tuple(int(d) for d in ctx.output_types[0].shape)
+    shape = tuple(as_size(d) for d in ctx.output_types[0].shape)
     k = reduce_axis(max(largest, 1), "e")
 
     def body(*indices: Expr) -> Expr:

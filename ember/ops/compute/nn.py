@@ -28,11 +28,13 @@ rest of the model's memory (and bounded by its memory budget), not on the kernel
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
+from ember.core.traced import as_size
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
 from ember.ir.compute import (NARROW_FLOATS, IterVar, Reduce, Tensor, cast, compute,
@@ -142,8 +144,8 @@ def _group_statistics(x: Tensor, stat_shape: Sequence[int], work: DType, epsilon
     ``work`` (the stash type); the sums, the divisions by the count and ``1 / sqrt`` in the
     wider accumulator type, rounded once to ``work`` when the statistic is stored.
     """
-    rows = int(np.prod(stat_shape, dtype=np.int64))
-    size = int(np.prod(x.shape, dtype=np.int64))
+    rows = math.prod(as_size(d) for d in stat_shape)
+    size = math.prod(as_size(d) for d in x.shape)
     cols = size // rows if rows else 0
     acc = accumulator_dtype(work)
     count = const_like(cols, acc)

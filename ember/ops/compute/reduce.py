@@ -208,7 +208,10 @@ class Reduction:
     @property
     def count(self) -> int:
         """How many elements each output element reduces."""
-        return int(np.prod([self.shape[a] for a in self.axes], dtype=np.int64))
+        total = 1
+        for axis in self.axes:  # a product of ints, so that a traced size stays traced
+            total = total * self.shape[axis]
+        return total
 
     def axis_vars(self) -> list[IterVar]:
         """Fresh reduction variables, one per reduced axis (outermost first)."""

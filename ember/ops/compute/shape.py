@@ -27,6 +27,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 import ember.ops.families  # noqa: F401  (registers the ops these definitions attach to)
+from ember.core.traced import as_size
 from ember.core.dtypes import DType
 from ember.ir.compute import ComputeContext, Tensor, compute, const_like
 from ember.ir.loop.expr import INDEX, Cast, Const, Expr, Select, maximum, minimum
@@ -43,7 +44,7 @@ from ember.ops.shape_infer import normalize_axis
 
 def out_shape(ctx: ComputeContext, index: int = 0) -> tuple[int, ...]:
     """The static shape of output ``index``, as shape inference computed it."""
-    return tuple(int(d) for d in ctx.output_types[index].shape)
+    return tuple(as_size(d) for d in ctx.output_types[index].shape)
 
 
 def ref_ctx(ctx: ComputeContext) -> RefContext:
@@ -52,7 +53,7 @@ def ref_ctx(ctx: ComputeContext) -> RefContext:
 
 
 def idx(value: int) -> Const:
-    return Const(int(value), INDEX)
+    return Const(as_size(value), INDEX)
 
 
 def flat_index(indices: Sequence[Expr], shape: Sequence[int]) -> Expr:

@@ -1,0 +1,264 @@
+"""One build for every size of a symbolic dim: builds traced over run-time dims.
+
+A :class:`ember.Module` with dynamic dims other than the batch (a sequence length) used to
+compile a specialization per size.  Here the module instead compiles *once* with those dims
+traced (``ember.core.traced``): loop extents, strides and workspace offsets become
+expressions of an ``em_dims`` array that the library reads at run time, and the compiler's
+decisions on the traced sizes become guards.  A later call whose sizes satisfy the guards
+runs on the same library; one that breaks a guard gets a build of its own, and the module
+says which guard (and which compiler line decided on it).
+
+Sizes that escape the trace (read as plain numbers, e.g. by numpy while folding constants)
+would be baked into the code.  A read through ``int()`` is recorded and refuses the build;
+other reads (numpy's) cannot be seen, so the graph is also traced twice, at the call's sizes and at
+nearby sizes that satisfy the same guards, and the build is kept only if both traces give
+the same source, the same weights and the same guards; otherwise the module falls back to
+specializations and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ember.core.config import memory_limit as resolve_memory_limit
+from ember.core.dims import single_symbol
+from ember.core.errors import EmberError, InputError
+from ember.core.traced import Guard, SizeExpr, SizeTrace, expr_of, plain, tracing
+from ember.driver.pipeline import Build, BuildOptions, build_graph
+from ember.ir.graph import Graph
+from ember.ir.types import TensorType
+from ember.runtime.dims_model import DimsBinding, RuntimeDimsModel
+
+RUNTIME_DIMS_ENV = "EMBER_RUNTIME_DIMS"
+# How far the second trace's sizes may lie from the first's (it must satisfy every guard).
+_SECOND_SAMPLE_OFFSETS = (1, 2, 3, 5, 7, 4, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16)
+
+
+def runtime_dims_enabled() -> bool:
+    """Off with ``EMBER_RUNTIME_DIMS=0``: a specialization per size, as before."""
+    return os.environ.get(RUNTIME_DIMS_ENV, "1").strip() not in ("0", "")
+
+
+# Traces refused for a size compiled in as a number after which a module stops trying (each
+# costs two traces of the graph, and the next would likely be refused alike).  Traces
+# refused because the code depends on the exact sizes do not count: those sizes are kept
+# out of later attempts by the refused trace's guards.
+MAX_REFUSED_TRACES = 2
+
+
+class NotTraceable(EmberError):
+    """The graph cannot be compiled once for every size of its dims; says why.  ``trace`` is
+    the first trace when there was one: sizes that satisfy its guards would be refused
+    again."""
+
+    def __init__(self, message: str, trace: SizeTrace | None = None,
+                 pinned: bool = False) -> None:
+        super().__init__(message)
+        self.trace = trace
+        self.pinned = pinned    # refused because the code depends on the exact sizes
+
+
+class GuardFailed(NotTraceable):
+    """A call's dims break a guard of a traced build (the other failures of ``dims_for`` are
+    shapes the build cannot take at all, such as another batch block size)."""
+
+
+@dataclass
+class TracedVariant:
+    """A build whose library takes ``trace.names`` at run time, and what it needs to run."""
+
+    trace: SizeTrace
+    fixed: dict[str, int]  # the symbols compiled in (a batch block size), by name
+    inputs: dict[str, tuple[SizeExpr, ...]]
+    outputs: tuple[tuple[SizeExpr, ...], ...]
+    workspace: SizeExpr
+    build: Build
+    runtime: RuntimeDimsModel | None = None
+
+    def dims_for(self, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
+        """The run-time dims of a call with these input shapes; NotTraceable says why the
+        build does not serve them (a shape it cannot take, or the guard they break)."""
+        values: dict[int, int] = {}
+        for name, exprs in self.inputs.items():
+            shape = shapes.get(name)
+            if shape is None or len(shape) != len(exprs):
+                raise NotTraceable(f"input '{name}' has shape {shape}")
+            for expr, size in zip(exprs, shape):
+                if expr.op == "sym":
+                    values.setdefault(expr.args[0], int(size))
+        if len(values) != len(self.trace.names):
+            raise NotTraceable("the inputs do not give every traced dim")
+        dims = tuple(values[i] for i in range(len(self.trace.names)))
+        for name, exprs in self.inputs.items():
+            expected = tuple(e.evaluate(dims) for e in exprs)
+            if expected != tuple(shapes[name]):
+                raise NotTraceable(f"input '{name}' has shape {list(shapes[name])}, the build "
+                                   f"expects {list(expected)} for {self.describe(dims)}")
+        failed = self.trace.failed_guard(dims)
+        if failed is not None:
+            raise GuardFailed(f"{self.describe(dims)} breaks the guard '{failed}' of the build "
+                               f"traced at {self.describe(self.trace.samples)} (decided at "
+                               f"{failed.where})")
+        return dims
+
+    def binding(self, shapes: Mapping[str, tuple[int, ...]]) -> DimsBinding:
+        try:
+            dims = self.dims_for(shapes)
+        except NotTraceable as why:
+            raise InputError(f"this build does not serve the input shapes: {why}") from None
+        return DimsBinding(dims, tuple(tuple(e.evaluate(dims) for e in shape)
+                                       for shape in self.outputs),
+                           self.workspace.evaluate(dims))
+
+    def describe(self, dims: Sequence[int]) -> str:
+        return ", ".join(f"{name}={size}" for name, size in zip(self.trace.names, dims))
+
+
+def traced_symbols(graph: Graph, shapes: Mapping[str, tuple[int, ...]],
+                   keep: frozenset[str] = frozenset()) -> dict[str, int]:
+    """The symbols of the graph's input dims to trace (all but ``keep``), with their sizes in
+    ``shapes`` (in order of first appearance)."""
+    symbols: dict[str, int] = {}
+    for name in graph.inputs:
+        vtype = graph.types.get(name)
+        if not isinstance(vtype, TensorType) or vtype.shape is None or name not in shapes:
+            continue
+        for dim, size in zip(vtype.shape, shapes[name]):
+            symbol = single_symbol(dim)
+            if symbol is not None and symbol not in keep:
+                symbols.setdefault(symbol, int(size))
+    return symbols
+
+
+def build_traced(graph: Graph, options: BuildOptions, shapes: Mapping[str, tuple[int, ...]],
+                 symbols: Mapping[str, int]) -> TracedVariant:
+    """Compile ``graph`` once for every size of ``symbols`` (their sizes in ``shapes`` are the
+    first sample).  NotTraceable says why it cannot."""
+    names = tuple(symbols)
+    # one memory budget for both traces (the memory available changes between them, and
+    # the budget's guards must not)
+    options = replace(options, memory_limit=resolve_memory_limit(options.memory_limit))
+    first = _traced_build(graph, options, shapes, SizeTrace(names, tuple(symbols.values())))
+    trace, build = first
+    foreign = trace.foreign_guard()
+    if foreign is not None:
+        raise NotTraceable(f"a size of another build reached this one: guard '{foreign}' "
+                           f"(decided at {foreign.where})", trace)
+    if trace.plain_reads:
+        where, expr = next(iter(trace.plain_reads.items()))
+        raise NotTraceable(f"a size is compiled in as a number: {expr} is read as a plain "
+                           f"number at {where}", trace)
+    second_samples = _second_sample(trace)
+    if second_samples is None:
+        guard = _pinning_guard(trace)
+        raise NotTraceable(f"the code depends on the exact size: guard '{guard}' (decided at "
+                           f"{guard.where})" if guard is not None else
+                           "no other sizes satisfy the guards of the first trace", trace,
+                           pinned=True)
+    other_trace, other = _traced_build(graph, options, _resample(graph, shapes, symbols,
+                                                                 second_samples),
+                                       SizeTrace(names, second_samples))
+    difference = _difference(build, other, trace, other_trace)
+    if difference:
+        raise NotTraceable(f"a size is compiled in as a number ({difference})", trace)
+    return TracedVariant(
+        trace, {},
+        {name: tuple(expr_of(d) for d in build.graph.types[name].shape)
+         for name in graph.inputs if isinstance(build.graph.types.get(name), TensorType)},
+        tuple(tuple(expr_of(d) for d in build.graph.types[name].shape)
+              for name in graph.outputs),
+        expr_of(build.workspace_size), build)
+
+
+def runtime_for(variant: TracedVariant, artifact: Any, host_resolver: Any) -> RuntimeDimsModel:
+    return RuntimeDimsModel(artifact, variant.binding, host_resolver=host_resolver)
+
+
+# ---------------------------------------------------------------------- tracing
+
+
+def _traced_build(graph: Graph, options: BuildOptions, shapes: Mapping[str, tuple[int, ...]],
+                  trace: SizeTrace) -> tuple[SizeTrace, Build]:
+    traced_shapes = {}
+    for name, shape in shapes.items():
+        vtype = graph.types.get(name)
+        dims = vtype.shape if isinstance(vtype, TensorType) and vtype.shape is not None \
+            else (None,) * len(shape)
+        traced_shapes[name] = tuple(
+            trace.symbol(single_symbol(dim)) if single_symbol(dim) in trace.names else size
+            for dim, size in zip(dims, shape))
+    with tracing(trace):
+        try:
+            build = build_graph(graph, traced_shapes, options)
+        except EmberError as error:
+            raise NotTraceable(str(error)) from None
+    return trace, build
+
+
+def _second_sample(trace: SizeTrace) -> tuple[int, ...] | None:
+    """Sizes near the first sample's that satisfy every guard of the first trace."""
+    for offset in _SECOND_SAMPLE_OFFSETS:
+        for sign in (1, -1):
+            candidate = tuple(size + sign * offset * (1 + i) for i, size in
+                              enumerate(trace.samples))
+            if all(size >= 1 for size in candidate) and trace.failed_guard(candidate) is None:
+                return candidate
+    return None
+
+
+def _pinning_guard(trace: SizeTrace) -> Guard | None:
+    """What pins the sizes: the guard that the next larger sizes break, else the one that
+    the next smaller sizes break."""
+    return trace.failed_guard(tuple(size + 1 for size in trace.samples)) or \
+        trace.failed_guard(tuple(size - 1 for size in trace.samples))
+
+
+def _resample(graph: Graph, shapes: Mapping[str, tuple[int, ...]], symbols: Mapping[str, int],
+              samples: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    sizes = dict(zip(symbols, samples))
+    result = {}
+    for name, shape in shapes.items():
+        vtype = graph.types.get(name)
+        dims = vtype.shape if isinstance(vtype, TensorType) and vtype.shape is not None \
+            else (None,) * len(shape)
+        result[name] = tuple(sizes.get(single_symbol(dim), size)
+                             for dim, size in zip(dims, shape))
+    return result
+
+
+# The parts of the source that describe the traced sample (its shapes, its workspace size),
+# and the link names of kernel units (hashes of their text: the text itself is compared).
+_SAMPLE_LINES = re.compile(r"^(\{ return .*; \})$", re.MULTILINE)
+_UNIT_NAMES = re.compile(r"ember_(k|gemm_shared)_[0-9a-f]{32}")
+
+
+def _difference(first: Build, second: Build, first_trace: SizeTrace,
+                second_trace: SizeTrace) -> str:
+    """What differs between two traces of one graph at different sizes ('' if nothing)."""
+    if set(first_trace.guards) != set(second_trace.guards):
+        extra = next(iter(set(first_trace.guards) ^ set(second_trace.guards)))
+        return f"the guards differ: '{extra}' (decided at {extra.where})"
+    if sorted(first.weights) != sorted(second.weights):
+        return "the weights differ: " + ", ".join(
+            sorted(set(first.weights) ^ set(second.weights))[:3])
+    for name, value in first.weights.items():
+        other = second.weights[name]
+        if value.shape != other.shape or not np.array_equal(value, other):
+            return f"constant '{name}' depends on the size"
+    a = _UNIT_NAMES.sub("", _SAMPLE_LINES.sub("", first.source)).splitlines()
+    b = _UNIT_NAMES.sub("", _SAMPLE_LINES.sub("", second.source)).splitlines()
+    for line_a, line_b in zip(a, b):
+        if line_a != line_b:
+            return f"the code differs: '{line_a.strip()[:100]}' vs '{line_b.strip()[:100]}'"
+    if len(a) != len(b):
+        return "the code differs in length"
+    return ""
+
+
+__all__ = ["GuardFailed", "MAX_REFUSED_TRACES", "NotTraceable", "RUNTIME_DIMS_ENV", "TracedVariant", "build_traced",
+           "runtime_dims_enabled", "runtime_for", "traced_symbols"]

@@ -1,0 +1,170 @@
+"""One build for every size of a sequence length (ember.dynamic_dims): a module compiled once
+serves many sizes, checked against ONNX Runtime; a size that breaks a guard gets a build of
+its own with the guard named; a size that escapes the trace refuses the build."""
+
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember.runtime.dims_model import RuntimeDimsModel
+
+ort = pytest.importorskip("onnxruntime")
+HIDDEN = 32
+
+
+def rows_model() -> onnx.ModelProto:
+    """Softmax over S, LayerNorm and Softmax over the hidden axis, ReduceMean over S."""
+    gain = numpy_helper.from_array(np.linspace(0.5, 1.5, HIDDEN).astype(np.float32), "g")
+    bias = numpy_helper.from_array(np.linspace(-1, 1, HIDDEN).astype(np.float32), "b")
+    nodes = [helper.make_node("Softmax", ["x"], ["p"], axis=1),
+             helper.make_node("Mul", ["p", "x"], ["r"]),
+             helper.make_node("LayerNormalization", ["r", "g", "b"], ["y"], axis=-1),
+             helper.make_node("Softmax", ["y"], ["z"], axis=-1),
+             helper.make_node("ReduceMean", ["x"], ["m"], axes=[1], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "rows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "S", HIDDEN])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", "S", HIDDEN]),
+         helper.make_tensor_value_info("m", TensorProto.FLOAT, ["N", HIDDEN])], [gain, bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8   # what every ONNX Runtime reads
+    return model
+
+
+def attention_model() -> onnx.ModelProto:
+    """Single-head self-attention with a residual LayerNorm: GEMMs whose M, N and K (S) vary."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(
+        (rng.standard_normal((HIDDEN, HIDDEN)) * 0.2).astype(np.float32), f"w{i}")
+        for i in range(3)]
+    gain = numpy_helper.from_array(np.ones(HIDDEN, np.float32), "g")
+    bias = numpy_helper.from_array(np.zeros(HIDDEN, np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["q"]),
+             helper.make_node("MatMul", ["x", "w1"], ["k"]),
+             helper.make_node("MatMul", ["x", "w2"], ["v"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["o"]),
+             helper.make_node("Add", ["o", "x"], ["r"]),
+             helper.make_node("LayerNormalization", ["r", "g", "b"], ["y"], axis=-1),
+             helper.make_node("ReduceMean", ["y"], ["m"], axes=[1], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "attention",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "S", HIDDEN])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "S", HIDDEN]),
+         helper.make_tensor_value_info("m", TensorProto.FLOAT, ["N", HIDDEN])],
+        weights + [gain, bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8   # what every ONNX Runtime reads
+    return model
+
+
+def _check(module, session, batch: int, length: int) -> None:
+    x = np.random.default_rng(batch * 1000 + length).standard_normal(
+        (batch, length, HIDDEN)).astype(np.float32)
+    for got, want in zip(module(x), session.run(None, {"x": x})):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("build", [rows_model, attention_model])
+def test_one_build_serves_every_size_of_a_class(build):
+    model = build()
+    session = ort.InferenceSession(model.SerializeToString())
+    module = ember.compile(model)
+    for length in (5, 7, 4, 6):   # one class of sizes: [4, 7]
+        _check(module, session, 2, length)
+    assert len(module.build_reasons) == 1, module.build_reasons
+    assert isinstance(module._last[1], RuntimeDimsModel)
+
+
+def test_sizes_across_classes_and_batches_match_onnx_runtime():
+    model = attention_model()
+    session = ort.InferenceSession(model.SerializeToString())
+    module = ember.compile(model)
+    sizes = [(2, 5), (3, 9), (1, 17), (2, 33), (2, 40), (1, 64), (2, 100), (3, 12), (2, 30)]
+    for batch, length in sizes:
+        _check(module, session, batch, length)
+    assert len(module.build_reasons) < len(sizes) + 3   # sizes share builds
+    traced = [reason for reason in module.build_reasons if "guard" in reason]
+    assert traced and all("breaks the guard" in reason for reason in traced)
+
+
+def test_a_size_that_breaks_a_guard_gets_its_own_build_and_says_which():
+    model = rows_model()
+    session = ort.InferenceSession(model.SerializeToString())
+    module = ember.compile(model)
+    _check(module, session, 2, 5)
+    _check(module, session, 2, 1)   # a length of 1 broadcasts: the code differs
+    assert "S=1 breaks the guard 'S != 1'" in module.build_reasons[-1]
+    assert "ops/shape_infer.py" in module.build_reasons[-1]   # the compiler line that decided
+    _check(module, session, 2, 6)   # back in the first build's class
+    assert len(module.build_reasons) == 2
+
+
+def test_a_size_read_as_a_plain_number_refuses_the_build(monkeypatch, caplog):
+    """The safety net: were the memory plan to read a size with int(), the trace is refused
+    with the line named, and the module compiles a specialization per size instead."""
+    import ember.passes.memory_plan as memory_plan
+
+    monkeypatch.setattr(memory_plan, "class_bound", lambda size: int(size))
+    model = rows_model()
+    session = ort.InferenceSession(model.SerializeToString())
+    module = ember.compile(model)
+    _check(module, session, 2, 5)
+    _check(module, session, 2, 6)
+    assert not isinstance(module._last[1], RuntimeDimsModel)
+    assert "is read as a plain number at passes/memory_plan.py" in module.last_refusal
+    assert "sizes other than the batch are compiled into the code" in module.build_reasons[-1]
+
+
+def test_runtime_dims_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("EMBER_RUNTIME_DIMS", "0")
+    model = rows_model()
+    session = ort.InferenceSession(model.SerializeToString())
+    module = ember.compile(model)
+    _check(module, session, 2, 5)
+    _check(module, session, 2, 6)
+    assert len(module.build_reasons) == 2 and module.runtime_dims_reason == \
+        "EMBER_RUNTIME_DIMS=0"
+    assert not isinstance(module._last[1], RuntimeDimsModel)
+
+
+def test_a_traced_module_saves_an_artifact_of_the_last_shapes(tmp_path):
+    model = rows_model()
+    session = ort.InferenceSession(model.SerializeToString())
+    module = ember.compile(model)
+    _check(module, session, 2, 5)
+    _check(module, session, 2, 6)
+    module.save(tmp_path / "artifact")
+    x = np.random.default_rng(0).standard_normal((2, 6, HIDDEN)).astype(np.float32)
+    loaded = ember.load(tmp_path / "artifact")
+    for got, want in zip(loaded(x), session.run(None, {"x": x})):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+SANITIZED_CHILD = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1] + "/tests/compile")
+    import numpy as np
+    import ember
+    from ember.runtime.dims_model import RuntimeDimsModel
+    from test_runtime_dims import attention_model, rows_model
+
+    for build in (rows_model, attention_model):
+        module = ember.compile(build(), sanitize=True)
+        for length in (5, 7, 4, 6, 16, 20):
+            x = np.random.default_rng(length).standard_normal((2, length, 32))
+            outputs = module(x.astype(np.float32))
+            assert all(np.isfinite(o).all() for o in outputs)
+            assert isinstance(module._last[1], RuntimeDimsModel), (length, module.last_refusal)
+    print("ok")
+""")
+
+
+def test_traced_builds_are_clean_under_asan_and_ubsan(run_sanitized):
+    """Run-time extents, strides and workspace offsets at several sizes of two classes."""
+    assert run_sanitized(SANITIZED_CHILD).strip().endswith("ok")
