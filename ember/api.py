@@ -133,7 +133,7 @@ class Module:
         self._refusals = 0
         self.last_refusal = ""
         self.runtime_dims_reason = "" if runtime_dims_enabled() else \
-            f"{RUNTIME_DIMS_ENV}=0"
+            f"{RUNTIME_DIMS_ENV} is not 1"
         self._last_shapes: dict[str, tuple[int, ...]] | None = None
         if not self._all_static():
             self._plan_batch_split(dynamic_batch)
@@ -215,6 +215,8 @@ class Module:
                 return served
         with self._variants_lock:
             ready = self._variants.get(key)
+            if ready is not None and not traced and isinstance(ready[1], RuntimeDimsModel):
+                ready = None    # a specialization is asked for (to save, to profile)
             pending = self._pending.get(key) if ready is None else None
             owner = ready is None and pending is None
             if owner:
@@ -223,6 +225,8 @@ class Module:
             assert pending is not None
             if not owner:
                 ready = pending.result()  # another thread compiles it; its error is ours
+                if not traced and isinstance(ready[1], RuntimeDimsModel):
+                    ready = self._build_variant(shapes)
             else:
                 try:
                     ready = (self._build_traced_variant(shapes) if traced else None) or \
@@ -379,10 +383,12 @@ class Module:
                 continue    # a build for another batch block size
         if broken is not None:
             why.append(f"the build for every size does not serve them: {broken}")
-        if any(symbol != batch for symbol in changed) and \
-                (self.runtime_dims_reason or self.last_refusal):
-            why.append("sizes other than the batch are compiled into the code (" +
-                       (self.runtime_dims_reason or self.last_refusal) + ")")
+        if any(symbol != batch for symbol in changed):
+            refused = self.last_refusal if runtime_dims_enabled() else ""
+            why.append("sizes other than the batch are compiled into the code" +
+                       (f" ({self.runtime_dims_reason or refused})"
+                        if runtime_dims_enabled() and (self.runtime_dims_reason or refused)
+                        else ""))
         if batch in changed:
             why.append("a block size the batch runs in" if self.batch_split is not None else
                        f"the batch does not run in blocks: {self.batch_split_reason}")
