@@ -384,11 +384,11 @@ class Module:
         if broken is not None:
             why.append(f"the build for every size does not serve them: {broken}")
         if any(symbol != batch for symbol in changed):
-            refused = self.last_refusal if runtime_dims_enabled() else ""
+            # why they are not taken at run time, when the module tries to
+            refusal = (self.runtime_dims_reason or self.last_refusal) \
+                if runtime_dims_enabled() else ""
             why.append("sizes other than the batch are compiled into the code" +
-                       (f" ({self.runtime_dims_reason or refused})"
-                        if runtime_dims_enabled() and (self.runtime_dims_reason or refused)
-                        else ""))
+                       (f" ({refusal})" if refusal else ""))
         if batch in changed:
             why.append("a block size the batch runs in" if self.batch_split is not None else
                        f"the batch does not run in blocks: {self.batch_split_reason}")

@@ -21,14 +21,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dims import single_symbol
 from ember.core.errors import EmberError, InputError
-from ember.core.traced import Guard, SizeExpr, SizeTrace, expr_of, plain, tracing
+from ember.core.traced import Guard, SizeExpr, SizeTrace, expr_of, tracing
 from ember.driver.pipeline import Build, BuildOptions, build_graph
 from ember.ir.graph import Graph
 from ember.ir.types import TensorType
@@ -162,8 +162,8 @@ def build_traced(graph: Graph, options: BuildOptions, shapes: Mapping[str, tuple
                            f"{guard.where})" if guard is not None else
                            "no other sizes satisfy the guards of the first trace", trace,
                            pinned=True)
-    other_trace, other = _traced_build(graph, options, _resample(graph, shapes, symbols,
-                                                                 second_samples),
+    second_shapes = _with_sizes(graph, shapes, dict(zip(names, second_samples)))
+    other_trace, other = _traced_build(graph, options, second_shapes,
                                        SizeTrace(names, second_samples))
     difference = _difference(build, other, trace, other_trace)
     if difference:
@@ -186,20 +186,28 @@ def runtime_for(variant: TracedVariant, artifact: Any, host_resolver: Any) -> Ru
 
 def _traced_build(graph: Graph, options: BuildOptions, shapes: Mapping[str, tuple[int, ...]],
                   trace: SizeTrace) -> tuple[SizeTrace, Build]:
-    traced_shapes = {}
-    for name, shape in shapes.items():
-        vtype = graph.types.get(name)
-        dims = vtype.shape if isinstance(vtype, TensorType) and vtype.shape is not None \
-            else (None,) * len(shape)
-        traced_shapes[name] = tuple(
-            trace.symbol(single_symbol(dim)) if single_symbol(dim) in trace.names else size
-            for dim, size in zip(dims, shape))
+    traced_shapes = _with_sizes(graph, shapes, {name: trace.symbol(name)
+                                                for name in trace.names})
     with tracing(trace):
         try:
             build = build_graph(graph, traced_shapes, options)
         except EmberError as error:
             raise NotTraceable(str(error)) from None
     return trace, build
+
+
+def _with_sizes(graph: Graph, shapes: Mapping[str, tuple[int, ...]],
+                sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+    """``shapes`` with every dim of a symbol in ``sizes`` (by the graph's input types) set to
+    that symbol's size."""
+    result = {}
+    for name, shape in shapes.items():
+        vtype = graph.types.get(name)
+        dims = vtype.shape if isinstance(vtype, TensorType) and vtype.shape is not None \
+            else (None,) * len(shape)
+        result[name] = tuple(sizes.get(single_symbol(dim), size)
+                             for dim, size in zip(dims, shape))
+    return result
 
 
 def _second_sample(trace: SizeTrace) -> tuple[int, ...] | None:
@@ -218,19 +226,6 @@ def _pinning_guard(trace: SizeTrace) -> Guard | None:
     the next smaller sizes break."""
     return trace.failed_guard(tuple(size + 1 for size in trace.samples)) or \
         trace.failed_guard(tuple(size - 1 for size in trace.samples))
-
-
-def _resample(graph: Graph, shapes: Mapping[str, tuple[int, ...]], symbols: Mapping[str, int],
-              samples: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
-    sizes = dict(zip(symbols, samples))
-    result = {}
-    for name, shape in shapes.items():
-        vtype = graph.types.get(name)
-        dims = vtype.shape if isinstance(vtype, TensorType) and vtype.shape is not None \
-            else (None,) * len(shape)
-        result[name] = tuple(sizes.get(single_symbol(dim), size)
-                             for dim, size in zip(dims, shape))
-    return result
 
 
 # The parts of the source that describe the traced sample (its shapes, its workspace size),
