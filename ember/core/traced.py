@@ -25,6 +25,7 @@ operations, as in Python; C prints them through ``EM_FLOORDIV``/``EM_FLOORMOD``.
 from __future__ import annotations
 
 import contextvars
+import math
 import operator
 import os
 import sys
@@ -79,6 +80,10 @@ class SizeExpr:
             return a
         if op == "%" and b.is_const(1):
             return SizeExpr.const(0)
+        if op == "//":
+            return _divide_products(a, b)
+        if op in ("+", "-"):
+            return _sum(a, b, 1 if op == "+" else -1)
         return SizeExpr(op, (a, b))
 
     def is_const(self, value: int) -> bool:
@@ -134,6 +139,90 @@ class SizeExpr:
         return f"({self.args[0]} {self.op} {self.args[1]})"
 
 
+def _factors(expr: SizeExpr) -> tuple[int, list[SizeExpr]]:
+    """``expr`` as a constant times a list of other factors (a product flattened)."""
+    if expr.op == "const":
+        return expr.args[0], []
+    if expr.op != "*":
+        return 1, [expr]
+    left_coefficient, left = _factors(expr.args[0])
+    right_coefficient, right = _factors(expr.args[1])
+    return left_coefficient * right_coefficient, left + right
+
+
+def _terms(expr: SizeExpr, sign: int, into: dict[SizeExpr | None, int]) -> None:
+    """Add ``sign * expr`` to the linear combination ``into`` (term -> coefficient; the
+    constant under None), a sum's terms each with its constant factor taken out."""
+    if expr.op in ("+", "-"):
+        _terms(expr.args[0], sign, into)
+        _terms(expr.args[1], sign if expr.op == "+" else -sign, into)
+        return
+    coefficient, factors = _factors(expr)
+    term = _product(1, sorted(factors, key=str)) if factors else None
+    into[term] = into.get(term, 0) + sign * coefficient
+
+
+def _sum(a: SizeExpr, b: SizeExpr, sign: int) -> SizeExpr:
+    """``a + sign*b`` with like terms collected: ``0 - (0 - S)`` is ``S``, ``(S + 1) - 1``
+    is ``S``; the same sum is always printed the same way."""
+    terms: dict[SizeExpr | None, int] = {}
+    _terms(a, 1, terms)
+    _terms(b, sign, terms)
+    constant = terms.pop(None, 0)
+    result: SizeExpr | None = None
+    # added terms first, then subtracted ones, each by name: one sum, one spelling
+    ordered = sorted(((term, coefficient) for term, coefficient in terms.items() if coefficient),
+                     key=lambda item: (item[1] < 0, str(item[0])))
+    for term, coefficient in ordered:
+        magnitude = _product(abs(coefficient), [term])
+        if result is None and coefficient > 0:
+            result = magnitude
+        elif result is None:  # only subtracted terms: ``c - S``
+            result, constant = SizeExpr("-", (SizeExpr.const(constant), magnitude)), 0
+        else:
+            result = SizeExpr("+" if coefficient > 0 else "-", (result, magnitude))
+    if result is None:
+        return SizeExpr.const(constant)
+    if constant > 0:
+        return SizeExpr("+", (result, SizeExpr.const(constant)))
+    if constant < 0:
+        return SizeExpr("-", (result, SizeExpr.const(-constant)))
+    return result
+
+
+def _product(coefficient: int, factors: list[SizeExpr]) -> SizeExpr:
+    result = SizeExpr.const(coefficient)
+    for factor in factors:
+        result = SizeExpr.combine("*", result, factor)
+    return result
+
+
+def _divide_products(a: SizeExpr, b: SizeExpr) -> SizeExpr:
+    """``a // b`` with the factors common to both products cancelled: a Reshape's ``-1``
+    divides the element count by the other dims, ``(2*S*32) // (2*S*16)``, which is the
+    constant 2 (exactly, as rationals, whenever the divisor is not zero; at zero both sides
+    divide by zero).  What does not cancel stays a floor division."""
+    a_coefficient, a_factors = _factors(a)
+    b_coefficient, b_factors = _factors(b)
+    kept: list[SizeExpr] = []
+    for factor in b_factors:
+        if factor in a_factors:
+            a_factors.remove(factor)
+        else:
+            kept.append(factor)
+    if b_coefficient == 0 or len(kept) == len(b_factors):
+        return SizeExpr("//", (a, b))
+    common = math.gcd(a_coefficient, b_coefficient)
+    a_coefficient //= common
+    b_coefficient //= common
+    if b_coefficient < 0:
+        a_coefficient, b_coefficient = -a_coefficient, -b_coefficient
+    numerator = _product(a_coefficient, a_factors)
+    if not kept and b_coefficient == 1:
+        return numerator
+    return SizeExpr("//", (numerator, _product(b_coefficient, kept)))
+
+
 # C definitions of the floor operations the printed expressions use (Python semantics, so
 # that a negative intermediate cannot make C's truncating division disagree with the trace).
 C_HELPERS = """\
@@ -175,6 +264,11 @@ class SizeTrace:
     # compiled in there.  Not an error by itself (the value may only name something), but
     # the first place to look when two traces disagree.
     plain_reads: dict[str, SizeExpr] = field(default_factory=dict)
+    # values computed from traced sizes (a Shape, the arithmetic on it), by graph value
+    # name, as object arrays of traced ints.  The graph keeps their samples as int64
+    # constants, which stay valid tensors; whoever reads such a constant for its meaning (a
+    # Reshape's target, a Slice's ends) asks :func:`traced_value` first.
+    values: dict[str, Any] = field(default_factory=dict)
 
     def symbol(self, name: str) -> "TracedInt":
         index = self.names.index(name)
@@ -217,6 +311,27 @@ def tracing(trace: SizeTrace) -> Iterator[SizeTrace]:
 
 def active_trace() -> SizeTrace | None:
     return _ACTIVE.get()
+
+
+def holds_traced(value: Any) -> bool:
+    """Whether ``value`` is an object array with a traced size in it."""
+    return getattr(value, "dtype", None) == object and any(is_traced(v) for v in value.flat)
+
+
+def traced_value(name: str, value: Any) -> Any:
+    """The value of graph value ``name`` with its traced sizes, when the active trace
+    computed one; else ``value`` (its constant)."""
+    trace = _ACTIVE.get()
+    if trace is None:
+        return value
+    return trace.values.get(name, value)
+
+
+def remember_traced(name: str, value: Any) -> None:
+    """Keep ``value`` as the traced value of ``name`` when it holds traced sizes."""
+    trace = _ACTIVE.get()
+    if trace is not None and holds_traced(value):
+        trace.values[name] = value
 
 
 # The package's directory: guards name the line of ember that decided (not numpy's).

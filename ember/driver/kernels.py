@@ -9,7 +9,7 @@ its numpy reference through the ``host`` callback (reported with its reason).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ember.codegen.c_names import c_identifier
 from ember.core.errors import CompileError, EmberError
@@ -88,6 +88,8 @@ def _implement(graph: Graph, group: FusedGroup, support: dict[int, NodeSupport],
                            f"output(s) {', '.join(repr(o) for o in node.outputs)}): "
                            f"{type(error).__name__}: {error}. This is a bug in ember; please "
                            f"report it with the model.") from error
+    if lowered.inputs != group.inputs:
+        group = replace(group, inputs=lowered.inputs)
     return [KernelImpl(index, group, "kernel", func=lowered.func,
                        index_checks=list(lowered.index_checks))]
 

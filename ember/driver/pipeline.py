@@ -267,9 +267,9 @@ def _check_traceable(impls: list[KernelImpl]) -> None:
     handed buffers of the shapes of one specialization."""
     hosts = [impl for impl in impls if impl.kind == "host"]
     if hosts:
-        node = hosts[0].node
-        raise CompileError(f"node '{node.name}' ({node.op}) runs as a numpy fallback, which "
-                           f"takes static shapes only")
+        node, reason = hosts[0].node, hosts[0].reason
+        raise CompileError(f"node '{node.name}' ({node.op}) runs as a numpy fallback ({reason}), "
+                           f"which takes static shapes only")
 
 
 def _with_runtime_dims(func: PrimFunc, count: int) -> PrimFunc:

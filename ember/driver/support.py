@@ -14,6 +14,7 @@ from typing import Any
 
 from ember.codegen.c_types import SUPPORTED_DTYPES
 from ember.core.errors import EmberError
+from ember.core.traced import traced_value
 from ember.ir.compute import ComputeContext, placeholder
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
@@ -82,7 +83,8 @@ def output_types_derivable(node: Node, opdef: OpDef, graph: Graph) -> bool:
     """
     input_types = [graph.types.get(n) if n else None for n in node.inputs]
     context = InferContext(node, opdef, input_types, opdef.resolve_attrs(node),
-                           lambda name: graph.constants.get(name),
+                           lambda name: traced_value(name, graph.constants[name])
+                           if name in graph.constants else None,
                            lambda body, types: [None] * len(body.outputs))
     try:
         derived = opdef.infer(context)

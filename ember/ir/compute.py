@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ember.core.dtypes import DType
-from ember.core.traced import as_size, is_traced
+from ember.core.traced import as_size, is_traced, traced_value
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import INDEX, BufferLoad, Cast, Const, Expr, Load, Var, as_expr
 
@@ -49,8 +49,12 @@ class ComputeContext:
     index_checks: list[tuple[int, int, int]] = field(default_factory=list)
 
     def value(self, index: int):
-        """The compile-time value of input ``index`` (e.g. Reshape's shape), or None."""
-        return self.constants.get(index)
+        """The compile-time value of input ``index`` (e.g. Reshape's shape), or None.
+        In a traced build a value computed from run-time sizes comes with those sizes."""
+        value = self.constants.get(index)
+        if value is None or index >= len(self.node.inputs):
+            return value
+        return traced_value(self.node.inputs[index], value)
 
     def require_in_range(self, index: int, low: int, high: int) -> None:
         """Declare that every element of integer input ``index`` must lie in ``[low, high)``.

@@ -159,6 +159,19 @@ class Graph:
         self.types[name] = TensorType(DType.from_numpy(array.dtype), tuple(array.shape))
         return name
 
+    def add_shape_constant(self, dims: "Iterator[int] | tuple[int, ...] | list[int]",
+                           hint: str = "shape") -> str:
+        """An int64 constant of sizes (a Reshape's target).  In a traced build its sizes may
+        be run-time ones: the constant holds their samples and the trace their expressions
+        (``ember.core.traced.traced_value``), so that a pass's rewrite does not compile the
+        sample in."""
+        from ember.core.traced import plain, remember_traced
+
+        dims = list(dims)
+        name = self.add_constant(np.asarray([plain(d) for d in dims], dtype=np.int64), hint)
+        remember_traced(name, np.array(dims, dtype=object))
+        return name
+
     def __str__(self) -> str:
         from ember.ir.printer import format_graph
 

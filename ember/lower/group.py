@@ -9,6 +9,7 @@ stages for values computed inside.  The resulting stage DAG is one compute, whic
 Parameters of the PrimFunc: the group's inputs, then its outputs, then scratch buffers (the
 ``scratch`` attribute counts them).  Index checks that members ask for (Gather's indices) are
 collected as (input position in the group, low, high), for the caller to run first.
+Constants the members only read at compile time are not parameters.
 """
 
 from __future__ import annotations
@@ -16,13 +17,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import numpy as np
+
+from ember.core.dtypes import DType
 from ember.core.errors import EmberError
-from ember.ir.compute import ComputeContext, Tensor, placeholder
+from ember.core.traced import holds_traced, traced_value
+from ember.ir.compute import ComputeContext, Tensor, compute, const_like, placeholder
+from ember.ir.loop.expr import Expr, Select, as_expr
 from ember.ir.graph import FusedGroup, Graph, Node
 from ember.ir.loop.stmt import PrimFunc
 from ember.ir.types import TensorType
 from ember.lower.lower import LoweringError, lower_compute
 from ember.ops.registry import NoCompute, get_op
+
+
+# The most elements of a constant computed from run-time sizes that a kernel computes in
+# place (shape arithmetic: a handful).
+MAX_SIZES_COMPUTED = 64
 
 
 @dataclass
@@ -31,6 +42,9 @@ class LoweredGroup:
     # (index of the group input, low, high, the node asking): every element of that input
     # must lie in [low, high)
     index_checks: list[tuple[int, int, int, Node]]
+    # the group inputs the kernel takes, in parameter order: a constant that only told the
+    # compute what to do (a Reshape's target, a Slice's ends) is not passed at run time
+    inputs: list[str]
 
 
 def lower_group(group: FusedGroup, graph: Graph, name: str) -> LoweredGroup:
@@ -41,9 +55,13 @@ def lower_group(group: FusedGroup, graph: Graph, name: str) -> LoweredGroup:
         vtype = graph.types.get(value)
         if not (isinstance(vtype, TensorType) and vtype.is_static):
             raise NoCompute(f"input '{value}' of the group has no static tensor type")
-        inputs[value] = placeholder(vtype.shape, vtype.dtype, name=f"in{position}")
+        sizes = traced_value(value, graph.constants[value]) if value in graph.constants else None
+        if holds_traced(sizes) and sizes.size <= MAX_SIZES_COMPUTED:
+            inputs[value] = _sizes_tensor(sizes, vtype.dtype, f"in{position}")
+        else:
+            inputs[value] = placeholder(vtype.shape, vtype.dtype, name=f"in{position}")
     env: dict[str, Tensor] = dict(inputs)
-    checks: list[tuple[int, int, int, Node]] = []
+    checked: list[tuple[str, int, int, Node]] = []
     for node in group.nodes:
         outputs, node_checks = _apply_compute(node, graph, env)
         for position, low, high in node_checks:
@@ -52,14 +70,49 @@ def lower_group(group: FusedGroup, graph: Graph, name: str) -> LoweredGroup:
                 raise LoweringError(f"node '{node.name}' ({node.op}) range-checks input "
                                     f"'{value}', which its own kernel computes; fusion must "
                                     f"keep its producer outside")
-            checks.append((group.inputs.index(value), low, high, node))
+            checked.append((value, low, high, node))
         for value, tensor in zip(node.outputs, outputs):
             if value:
                 env[value] = tensor
     results = [env[value] for value in group.outputs]
-    func = lower_compute(name, list(inputs.values()), results,
+    read = _placeholders_read(results)
+    kept = [value for value in group.inputs if value not in graph.constants or
+            (id(inputs[value]) in read and inputs[value].stage is None)]
+    func = lower_compute(name, [inputs[value] for value in kept], results,
                          attrs=(("nodes", tuple(n.name for n in group.nodes)),))
-    return LoweredGroup(func, checks)
+    checks = [(kept.index(value), low, high, node) for value, low, high, node in checked]
+    return LoweredGroup(func, checks, kept)
+
+
+def _sizes_tensor(sizes: np.ndarray, dtype: DType, name: str) -> Tensor:
+    """A small constant computed from a traced build's run-time sizes (``N * S``, the
+    offsets of a batch), computed where it is read: the weights can only hold one sample."""
+    flat = sizes.reshape(-1)
+
+    def body(*index: Expr) -> Expr:
+        position: Expr | int = 0
+        for axis, extent in zip(index, sizes.shape):
+            position = position * extent + axis
+        value: Expr = const_like(flat[-1], dtype)
+        for k in range(len(flat) - 2, -1, -1):
+            value = Select(as_expr(position).eq(k), const_like(flat[k], dtype), value)
+        return value
+
+    return compute(sizes.shape, body, name=name)
+
+
+def _placeholders_read(results: list[Tensor]) -> set[int]:
+    """The ids of the tensors the results are computed from, transitively."""
+    seen: set[int] = set()
+    pending = list(results)
+    while pending:
+        tensor = pending.pop()
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        if tensor.stage is not None:
+            pending.extend(tensor.stage.inputs)
+    return seen
 
 
 def _apply_compute(node: Node, graph: Graph, env: Mapping[str, Tensor]

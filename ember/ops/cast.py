@@ -23,6 +23,7 @@ import numpy as np
 
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
+from ember.core.traced import holds_traced
 from ember.ir.types import TensorType, ValueType
 from ember.ops.elementwise import has_symbols, input_tensor_type
 from ember.ops.registry import REQUIRED, Attr, InferContext, RefContext, op
@@ -67,7 +68,7 @@ def cast_array(ctx: RefContext, x: np.ndarray, target: DType, *, saturate: bool 
                round_mode: str = "up") -> np.ndarray:
     """``x`` converted to ``target`` by the ONNX Cast rules (see the module docstring)."""
     if x.dtype == object:
-        if has_symbols(x) and target.is_int:
+        if (has_symbols(x) or holds_traced(x)) and target.is_int:
             return x  # a shape value being folded: its symbolic dims are integers already
         return _from_strings(ctx, x, target, saturate, round_mode)
     if target is DType.STRING:

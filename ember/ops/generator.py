@@ -15,6 +15,7 @@ import numpy as np
 from ember.core.dims import Dim, SymDim, dims_equal
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
+from ember.core.traced import as_size, is_traced
 from ember.ir.types import TensorType, ValueType
 from ember.ops.registry import Attr, InferContext, op
 from ember.ops.shape import Ctx, int_list, known_dims, unknown_dims, vector_length
@@ -111,6 +112,8 @@ def _range_length(ctx: InferContext, values: list[np.ndarray | None]) -> Dim:
         return None
     if delta == 0:
         raise ctx.error("delta must not be 0")
+    if any(is_traced(v) for v in (start, limit, delta)):  # integers sized at run time
+        return _range_count(as_size(start), as_size(limit), as_size(delta))
     dtype = np.asarray(values[0]).dtype
     if dtype.kind in "iu":
         return _range_count(int(start), int(limit), int(delta))

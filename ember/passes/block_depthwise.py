@@ -113,7 +113,7 @@ def _blocked(graph: Graph, node: Node, lanes: int) -> list[Node]:
         return name
 
     def shape_constant(shape: tuple[int, ...], hint: str) -> str:
-        return graph.add_constant(np.asarray(shape, dtype=np.int64), hint=f"{stem}_{hint}")
+        return graph.add_shape_constant(shape, hint=f"{stem}_{hint}")
 
     pads = [int(p) for p in node.attrs.get("pads") or [0, 0, 0, 0]]
     split = value("channel_blocks", (n, blocks, lanes, height, width))

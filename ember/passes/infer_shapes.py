@@ -34,7 +34,7 @@ import numpy as np
 
 from ember.core.dims import Dim, SymDim
 from ember.core.errors import EmberError, ShapeError
-from ember.core.traced import as_size, is_traced
+from ember.core.traced import as_size, is_traced, remember_traced, traced_value
 from ember.ir.graph import Graph, Node
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ops.registry import InferContext, RefContext, get_op
@@ -65,7 +65,8 @@ def infer_shapes(graph: Graph, outer_known: dict[str, Any] | None = None,
     dims as ``SymDim`` objects), for analyses that ask what a shape computation depends on.
     """
     known: dict[str, Any] = dict(outer_known or {})
-    known.update({k: v for k, v in graph.constants.items() if _small(v)})
+    # a constant that a traced build computed from run-time sizes is known by its sizes
+    known.update({k: traced_value(k, v) for k, v in graph.constants.items() if _small(v)})
     outer_types = dict(outer_types or {})
     types = {**outer_types, **graph.types}
     mismatches: list[str] = []
@@ -130,6 +131,9 @@ def _infer_node(graph: Graph, node: Node, types: dict[str, ValueType | None],
         types[name] = new if problem else merge_types(new, declared)
     if next(node.subgraphs(), None) is None:  # a body's values are not the node's to know
         _fold_known_value(node, opdef, attrs, known, types)
+        for name in node.outputs:
+            if name in known:
+                remember_traced(name, known[name])
 
 
 def _fold_known_value(node: Node, opdef, attrs: dict[str, Any], known: dict[str, Any],
@@ -149,6 +153,8 @@ def _fold_known_value(node: Node, opdef, attrs: dict[str, Any], known: dict[str,
         if not (isinstance(vtype, TensorType) and vtype.is_static and
                 _count(vtype.shape) <= _MAX_FOLD_ELEMENTS):
             return  # of unknown or large size: running the reference could allocate anything
+        if any(is_traced(d) for d in vtype.shape):
+            return  # sized at run time: numpy would give it the traced sample's size
     args = []
     for name in node.inputs:
         if not name:

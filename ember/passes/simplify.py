@@ -177,8 +177,7 @@ def _reshape_like(graph: Graph, index: GraphIndex, node: Node) -> bool:
     target = index.tensor_type(node.outputs[0])
     if target is None or not target.is_static:
         return False
-    shape = graph.add_constant(np.asarray(target.shape, dtype=np.int64),
-                               hint=f"{node.name or 'reshape'}_shape")
+    shape = graph.add_shape_constant(target.shape, hint=f"{node.name or 'reshape'}_shape")
     # allowzero: a 0 in the target is an empty dim, not "copy the input's dim"
     node.op, node.inputs = "Reshape", [origin, shape]
     node.attrs = {"allowzero": 1} if 0 in target.shape else {}

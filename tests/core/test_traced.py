@@ -31,6 +31,29 @@ def test_arithmetic_stays_traced_and_evaluates_like_python():
     assert not is_traced(s * 0) and s * 0 == 0
 
 
+def test_sums_and_quotients_are_brought_to_one_form():
+    """Shape arithmetic of exporters (a Reshape's -1, ``0 - (0 - S)`` of a negated slice
+    bound) must come out as the size it is, or the build is refused for an unreadable size."""
+    trace = _trace(S=5, N=3)
+    s, n = trace.symbol("S"), trace.symbol("N")
+    assert expr_of(0 - (0 - s)) == s.expr and expr_of((s + 1) - 1) == s.expr
+    assert expr_of(2 * s - s) == s.expr and expr_of(s * n + n * s) == expr_of(2 * (n * s))
+    heads = (2 * n * s * 32) // (n * s * 16)   # a Reshape's -1 beside two run-time dims
+    assert heads == 4 and not is_traced(heads)
+    assert not is_traced(n * s - s * n) and not is_traced((3 * s) // s)
+    kept = (3 * s * n + 2) // (s * n)          # not a product: stays a floor division
+    assert is_traced(kept)
+    samples = [(5, 3), (1, 1), (17, 4), (64, 2), (7, 9)]
+    for value, python in [
+        ((6 * s * n) // (4 * s), lambda S, N: (6 * S * N) // (4 * S)),
+        ((-6 * s * n) // (4 * n), lambda S, N: (-6 * S * N) // (4 * N)),
+        ((3 * s + 4 * n - 2 * s) - (n + 1), lambda S, N: (3 * S + 4 * N - 2 * S) - (N + 1)),
+        (kept, lambda S, N: (3 * S * N + 2) // (S * N)),
+    ]:
+        for dims in samples:
+            assert expr_of(value).evaluate(dims) == python(*dims), (value, dims)
+
+
 def test_decisions_record_guards_that_hold_for_the_sample():
     trace = _trace(S=5)
     s = trace.symbol("S")
@@ -139,7 +162,7 @@ def test_c_floor_helpers_agree_with_python(tmp_path):
 def test_expressions_print_as_c_over_the_dims_array():
     trace = _trace(S=5, N=2)
     s, n = trace.symbol("S"), trace.symbol("N")
-    assert f"{s * n + 3}" == "((em_dims[0] * em_dims[1]) + INT64_C(3))"
+    assert f"{s * n + 3}" == "((em_dims[1] * em_dims[0]) + INT64_C(3))"  # by name: N * S
     assert f"{s // 4}" == "EM_FLOORDIV(em_dims[0], INT64_C(4))"
     assert f"{s:d}" == "5" and repr(s + 1) == "6<(S + 1)>"
 

@@ -27,7 +27,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 import ember.ops.families  # noqa: F401  (registers the ops these definitions attach to)
-from ember.core.traced import as_size
+from ember.core.traced import as_size, holds_traced
 from ember.core.dtypes import DType
 from ember.ir.compute import ComputeContext, Tensor, compute, const_like
 from ember.ir.loop.expr import INDEX, Cast, Const, Expr, Select, maximum, minimum
@@ -90,7 +90,7 @@ def first_element(tensor: Tensor) -> Expr:
 def constant_ints(ctx: ComputeContext, index: int) -> list[int]:
     """The compile-time value of integer input ``index``; NoCompute if it is not known."""
     value = ctx.value(index)
-    require(value is not None and np.asarray(value).dtype.kind in "iu")
+    require(value is not None and (np.asarray(value).dtype.kind in "iu" or holds_traced(value)))
     return int_list(ref_ctx(ctx), value, f"input {index}")
 
 
