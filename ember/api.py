@@ -133,7 +133,7 @@ class Module:
         self._refusals = 0
         self.last_refusal = ""
         self.runtime_dims_reason = "" if runtime_dims_enabled() else \
-            f"{RUNTIME_DIMS_ENV} is not 1"
+            f"{RUNTIME_DIMS_ENV} is 0"
         self._last_shapes: dict[str, tuple[int, ...]] | None = None
         if not self._all_static():
             self._plan_batch_split(dynamic_batch)
@@ -282,7 +282,7 @@ class Module:
             if refused:  # sizes of a refused trace's region: it would be refused again
                 self.last_refusal = refused[0]
                 return None
-        reason = self._why_build(shapes)
+        reason = self._why_build(shapes, traced=True)
         try:
             variant = build_traced(self.graph, self.options, shapes, symbols)
         except NotTraceable as why:
@@ -343,9 +343,10 @@ class Module:
                 runtime.set_num_threads(self._num_threads)
         return build, runtime
 
-    def _why_build(self, shapes: dict[str, tuple[int, ...]]) -> str:
+    def _why_build(self, shapes: dict[str, tuple[int, ...]], traced: bool = False) -> str:
         """Why ``shapes`` need a build of their own: which symbolic dims take sizes no build
-        has, and why they are not served by one (the guard's explanation of a recompile)."""
+        has, and why they are not served by one (the guard's explanation of a recompile);
+        ``traced`` when the build is one for every size of them."""
         sizes_of: dict[str, set[int]] = {}  # symbol -> the sizes compiled so far
         with self._variants_lock:
             compiled = [dict(key) for key in list(self._variants) + list(self._pending)
@@ -371,9 +372,9 @@ class Module:
             batch = None
         why = []
         with self._variants_lock:
-            traced = list(self._traced)
+            traced_builds = list(self._traced)
         broken = None   # the guard of a traced build these shapes break, if any
-        for variant in traced:
+        for variant in traced_builds:
             try:
                 variant.dims_for(shapes)
             except GuardFailed as failure:
@@ -383,7 +384,10 @@ class Module:
                 continue    # a build for another batch block size
         if broken is not None:
             why.append(f"the build for every size does not serve them: {broken}")
-        if any(symbol != batch for symbol in changed):
+        if any(symbol != batch for symbol in changed) and traced:
+            why.append("one build for every size of " +
+                       ", ".join(symbol for symbol in changed if symbol != batch))
+        elif any(symbol != batch for symbol in changed):
             # why they are not taken at run time, when the module tries to
             refusal = (self.runtime_dims_reason or self.last_refusal) \
                 if runtime_dims_enabled() else ""
@@ -465,10 +469,9 @@ class Module:
             return None  # inputs that disagree on the batch: the compiler reports it
         others = self._other_dims(shapes, split)
         with self._variants_lock:
-            sizes = self._block_sizes.setdefault(others, set())
-            known = set(sizes)
+            known = set(self._block_sizes.get(others, ()))
             if batch in known or not known or known == {1}:
-                sizes.add(batch)
+                self._note_block_sizes(shapes, split, {batch})
                 return None
         order = plan_blocks(batch, known)
         if order is None:
@@ -479,14 +482,25 @@ class Module:
         variants = {size: self._variant(_with_batch(shapes, size, split))
                     for size in set(order)}
         with self._variants_lock:
-            sizes.update(variants)
+            self._note_block_sizes(shapes, split, set(variants))
         return _BlockPlan(split, [(size, variants[size]) for size in order])
 
-    def _other_dims(self, shapes: dict[str, tuple[int, ...]], split: BatchSplit) -> tuple:
+    def _note_block_sizes(self, shapes: dict[str, tuple[int, ...]], split: BatchSplit,
+                          sizes: set[int]) -> None:
+        """Record block sizes compiled for these non-batch dims, under their symbols and
+        their sizes: a module that stops tracing (a refused trace) still finds them.  The
+        caller holds the variants lock."""
+        for traced in (True, False):
+            self._block_sizes.setdefault(self._other_dims(shapes, split, traced),
+                                         set()).update(sizes)
+
+    def _other_dims(self, shapes: dict[str, tuple[int, ...]], split: BatchSplit,
+                    traced: bool | None = None) -> tuple:
         """The key of a call's non-batch dims, under which the block sizes compiled for them
         are kept: their sizes, or their symbols while the module compiles one build for every
         size of them (the blocks then serve every size)."""
-        traced = not self.runtime_dims_reason
+        if traced is None:
+            traced = not self.runtime_dims_reason
         key = []
         for name, shape in sorted(shapes.items()):
             vtype = self.graph.types.get(name)
@@ -598,7 +612,7 @@ class Module:
         builds = {size: self._variant(_with_batch(shapes, size, split), traced=False)[0]
                   for size in sizes}
         with self._variants_lock:
-            self._block_sizes.setdefault(others, set()).update(builds)
+            self._note_block_sizes(shapes, split, set(builds))
         self._last = last  # saving compiles blocks; the current specialization stays current
         return split, builds
 

@@ -40,10 +40,9 @@ _SECOND_SAMPLE_OFFSETS = (1, 2, 3, 5, 7, 4, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16)
 
 
 def runtime_dims_enabled() -> bool:
-    """On with ``EMBER_RUNTIME_DIMS=1``.  Off by default while the exported transformers are
-    still refused and the batch blocks of traced builds are not settled: a specialization
-    per size, as before."""
-    return os.environ.get(RUNTIME_DIMS_ENV, "0").strip() not in ("0", "")
+    """On unless ``EMBER_RUNTIME_DIMS=0``, which asks for a specialization per size (the
+    way to tell whether a problem comes from a traced build)."""
+    return os.environ.get(RUNTIME_DIMS_ENV, "1").strip() not in ("0", "")
 
 
 # Traces refused for a size compiled in as a number after which a module stops trying (each

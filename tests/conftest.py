@@ -62,3 +62,22 @@ def run_sanitized() -> Callable[..., str]:
         return result.stdout
 
     return run
+
+
+# What ember.Module logs when it compiles: a specialization for one set of shapes, or one
+# build for every size of some dims (ember/api.py).
+BUILD_MESSAGES = ("compiling a specialization", "compiling once for every size")
+
+
+@pytest.fixture
+def logged_builds(caplog) -> Callable[[], list[str]]:
+    """The compilations ember's modules logged so far in the test, as messages."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="ember")
+
+    def builds() -> list[str]:
+        return [message for message in (record.getMessage() for record in caplog.records)
+                if any(phrase in message for phrase in BUILD_MESSAGES)]
+
+    return builds

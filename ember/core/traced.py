@@ -278,6 +278,21 @@ class SizeTrace:
         if guard.lhs.symbols or guard.rhs.symbols:
             self.guards.setdefault(guard, guard)
 
+    def owns(self, value: int) -> bool:
+        """Whether a decision on ``value`` is this trace's to record: False for a size of
+        another trace over the same names at another sample (one compared while the garbage
+        collector drops its buffers would otherwise pin this trace to that sample).  A size
+        over other names is recorded, and the build refused (``foreign_guard``)."""
+        expr = getattr(value, "expr", None)
+        if expr is None:
+            return True
+        try:
+            if any(self.names[index] != name for index, name in expr.named_symbols):
+                return True     # other names: recorded, and refused (``foreign_guard``)
+            return expr.evaluate(self.samples) == int.__int__(value)
+        except (IndexError, ZeroDivisionError):
+            return True
+
     def foreign_guard(self) -> Guard | None:
         """A guard on a size of another trace (one kept from an earlier build, e.g. in a
         cache): the build would read that trace's dims, so it cannot be kept."""
@@ -443,7 +458,7 @@ class TracedInt(int):
             return NotImplemented
         result = _COMPARISONS[op](int.__int__(self), int.__int__(other))
         trace = _ACTIVE.get()
-        if trace is not None:
+        if trace is not None and trace.owns(self) and trace.owns(other):
             recorded = op if result else _NEGATED[op]
             trace.record(Guard(self.expr, recorded, expr_of(other), _where()))
         return result

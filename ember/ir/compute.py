@@ -155,7 +155,9 @@ class Stage:
 
 
 # Every live tensor by its buffer, so a stage can name the tensors its body loads from.
-_TENSORS: "weakref.WeakValueDictionary[Buffer, Tensor]" = weakref.WeakValueDictionary()
+# Keyed by identity: buffers of equal name and shape are different tensors (and comparing
+# the sizes of a traced build's buffers would record guards).
+_TENSORS: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDictionary()
 
 
 def _read_tensors(body: Expr) -> tuple[Tensor, ...]:
@@ -164,7 +166,7 @@ def _read_tensors(body: Expr) -> tuple[Tensor, ...]:
     found: dict[int, Tensor] = {}
     for node in walk(body):
         if isinstance(node, (Load, BufferLoad)):
-            tensor = _TENSORS.get(node.buffer)
+            tensor = _TENSORS.get(id(node.buffer))
             if tensor is not None:
                 found.setdefault(id(tensor), tensor)
     return tuple(found.values())
@@ -173,7 +175,7 @@ def _read_tensors(body: Expr) -> tuple[Tensor, ...]:
 def placeholder(shape: Sequence[int], dtype: DType, name: str = "in") -> Tensor:
     shape = tuple(as_size(d) for d in shape)
     tensor = Tensor(name, dtype, shape, Buffer(name, dtype, shape))
-    _TENSORS[tensor.buffer] = tensor
+    _TENSORS[id(tensor.buffer)] = tensor
     return tensor
 
 
@@ -189,7 +191,7 @@ def compute(shape: Sequence[int], fcompute: Callable[..., Expr], name: str = "T"
         body = Cast(out_dtype, body)
     tensor = Tensor(unique, out_dtype, shape, Buffer(unique, out_dtype, shape))
     tensor.stage = Stage(axes, body, tensor, _read_tensors(body))
-    _TENSORS[tensor.buffer] = tensor
+    _TENSORS[id(tensor.buffer)] = tensor
     return tensor
 
 

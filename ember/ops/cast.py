@@ -70,6 +70,10 @@ def cast_array(ctx: RefContext, x: np.ndarray, target: DType, *, saturate: bool 
     if x.dtype == object:
         if (has_symbols(x) or holds_traced(x)) and target.is_int:
             return x  # a shape value being folded: its symbolic dims are integers already
+        if holds_traced(x) and target.is_float:
+            # a size used as data (a scale of 1/S): it stays the size, computed where it is
+            # read (``lower/group.py``); arithmetic that cannot stay traced refuses the build
+            return x
         return _from_strings(ctx, x, target, saturate, round_mode)
     if target is DType.STRING:
         return _to_strings(x)

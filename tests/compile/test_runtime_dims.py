@@ -18,8 +18,8 @@ HIDDEN = 32
 
 @pytest.fixture(autouse=True)
 def runtime_dims_on(monkeypatch):
-    """Builds over run-time dims are opt-in (``EMBER_RUNTIME_DIMS=1``) for now."""
-    monkeypatch.setenv("EMBER_RUNTIME_DIMS", "1")
+    """Builds over run-time dims are the default (``EMBER_RUNTIME_DIMS`` unset)."""
+    monkeypatch.delenv("EMBER_RUNTIME_DIMS", raising=False)
 
 
 def rows_model() -> onnx.ModelProto:
@@ -69,10 +69,55 @@ def attention_model() -> onnx.ModelProto:
     return model
 
 
+def shape_arithmetic_model() -> onnx.ModelProto:
+    """How exporters compute with shapes: a Reshape target built from Shape and Concat (with a
+    -1), Range up to the length, and the length itself used as data (a scale)."""
+    def ints(name: str, values: list[int]) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    constants = [ints("zero", [0]), ints("two", [2]), ints("one", [1]),
+                 ints("heads", [2, -1]), ints("axis1", [1]),
+                 numpy_helper.from_array(np.array(0, np.int64), "start"),
+                 numpy_helper.from_array(np.array(1, np.int64), "step"),
+                 numpy_helper.from_array(np.array(1, np.int64), "length_at")]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Slice", ["shape", "zero", "two"], ["lead"]),
+             helper.make_node("Concat", ["lead", "heads"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["split"]),
+             helper.make_node("Transpose", ["split"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Gather", ["shape", "length_at"], ["length"], axis=0),
+             helper.make_node("Range", ["start", "length", "step"], ["positions"]),
+             helper.make_node("Unsqueeze", ["positions", "axis1"], ["column"]),
+             helper.make_node("Cast", ["column"], ["offsets"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["t", "offsets"], ["shifted"]),
+             helper.make_node("Mul", ["length", "two"], ["twice"]),
+             helper.make_node("Cast", ["twice"], ["scale"], to=TensorProto.FLOAT),
+             helper.make_node("Div", ["shifted", "scale"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "shapes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "S", HIDDEN])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, "S", HIDDEN // 2])],
+        constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8   # what every ONNX Runtime reads
+    return model
+
+
+def test_shapes_computed_from_the_length_keep_it_as_a_run_time_size():
+    model = shape_arithmetic_model()
+    session = ort.InferenceSession(model.SerializeToString())
+    module = ember.compile(model)
+    for length in (5, 7, 4, 6):
+        _check(module, session, 2, length)
+        assert isinstance(module._last[1], RuntimeDimsModel), module.last_refusal
+    assert len(module.build_reasons) == 1, module.build_reasons
+
+
 def _check(module, session, batch: int, length: int) -> None:
     x = np.random.default_rng(batch * 1000 + length).standard_normal(
         (batch, length, HIDDEN)).astype(np.float32)
-    for got, want in zip(module(x), session.run(None, {"x": x})):
+    outputs = module(x)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    for got, want in zip(outputs, session.run(None, {"x": x}), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -111,6 +156,49 @@ def test_a_size_that_breaks_a_guard_gets_its_own_build_and_says_which():
     assert len(module.build_reasons) == 2
 
 
+def test_with_batch_blocks_every_build_says_which_size_needed_it():
+    """Batch block sizes and builds for every sequence length together: a new batch size is a
+    block, a length outside the traced class names the guard it breaks and gets one more
+    build for every length."""
+    model = attention_model()
+    session = ort.InferenceSession(model.SerializeToString())
+    module = ember.compile(model)
+    assert module.batch_split is not None, module.batch_split_reason
+    for batch, length in ((2, 5), (3, 5), (2, 7), (4, 7), (3, 6), (2, 9), (3, 12)):
+        _check(module, session, batch, length)
+    reasons = module.build_reasons
+    assert reasons[:2] == ["the first call",
+                           "new N=1 (compiled for 2); a block size the batch runs in"], reasons
+    assert reasons[2].startswith("new S=9 (compiled for 5); the build for every size does not "
+                                 "serve them: S=9 breaks the guard '"), reasons
+    assert reasons[2].endswith("; one build for every size of S"), reasons
+    # S=12 in a batch of 3 runs on blocks of 2 and 1, each served by a build for every S
+    assert len(reasons) <= 4, reasons
+
+
+def test_a_batch_that_mixes_samples_gets_one_build_for_every_size():
+    """A softmax over the batch keeps it out of blocks; the batch is then a run-time dim
+    like any other."""
+    weight = numpy_helper.from_array(
+        np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("Softmax", ["h"], ["y"], axis=0)],
+        "mixes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    session = ort.InferenceSession(model.SerializeToString())
+    module = ember.compile(model)
+    assert module.batch_split is None
+    for batch in (4, 5, 7, 6, 9):
+        x = np.random.default_rng(batch).standard_normal((batch, 6)).astype(np.float32)
+        np.testing.assert_allclose(module(x), session.run(None, {"x": x})[0], rtol=1e-5,
+                                   atol=1e-6)
+        assert isinstance(module._last[1], RuntimeDimsModel)
+    assert len(module.build_reasons) == 2, module.build_reasons
+    assert "N=9 breaks the guard" in module.build_reasons[1]
+
+
 def test_a_size_read_as_a_plain_number_refuses_the_build(monkeypatch, caplog):
     """The safety net: were the memory plan to read a size with int(), the trace is refused
     with the line named, and the module compiles a specialization per size instead."""
@@ -135,7 +223,7 @@ def test_runtime_dims_can_be_turned_off(monkeypatch):
     _check(module, session, 2, 5)
     _check(module, session, 2, 6)
     assert len(module.build_reasons) == 2 and module.runtime_dims_reason == \
-        "EMBER_RUNTIME_DIMS is not 1"
+        "EMBER_RUNTIME_DIMS is 0"
     assert not isinstance(module._last[1], RuntimeDimsModel)
 
 
@@ -160,9 +248,9 @@ SANITIZED_CHILD = textwrap.dedent("""
     import numpy as np
     import ember
     from ember.runtime.dims_model import RuntimeDimsModel
-    from test_runtime_dims import attention_model, rows_model
+    from test_runtime_dims import attention_model, rows_model, shape_arithmetic_model
 
-    for build in (rows_model, attention_model):
+    for build in (rows_model, attention_model, shape_arithmetic_model):
         module = ember.compile(build(), sanitize=True)
         for length in (5, 7, 4, 6, 16, 20):
             x = np.random.default_rng(length).standard_normal((2, length, 32))

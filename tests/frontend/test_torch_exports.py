@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ember
+from ember.runtime.dims_model import RuntimeDimsModel
 
 EXPORT_SIZES = (2, 8)  # (batch, sequence) the models are traced with
 RTOL, ATOL = 1e-4, 1e-5
@@ -317,16 +318,14 @@ def test_sequence_length_baked_by_the_torchscript_exporter_is_named() -> None:
         module(x.numpy())
 
 
-def test_bert_compiled_with_dynamic_shapes_serves_every_batch_from_two_builds(caplog) -> None:
+def test_bert_compiled_with_dynamic_shapes_serves_every_batch_from_two_builds(
+        logged_builds) -> None:
     """transformers reads its padding mask as mask[arange(batch)[:, None, None, None], kv]:
     the batch-split analysis follows that index (``ember/passes/batch_index.py``), so a new
     batch size runs on the compiled blocks instead of compiling again."""
     pytest.importorskip("transformers")
-    import logging
-
     import torch._dynamo
 
-    caplog.set_level(logging.INFO, logger="ember")
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = bert().eval()
@@ -338,20 +337,43 @@ def test_bert_compiled_with_dynamic_shapes_serves_every_batch_from_two_builds(ca
             np.testing.assert_allclose(compiled(*inputs).numpy(), model(*inputs).numpy(),
                                        rtol=RTOL, atol=ATOL, err_msg=f"batch {batch}")
     torch._dynamo.reset()
-    builds = [r.getMessage() for r in caplog.records
-              if "compiling a specialization" in r.getMessage()]
+    builds = logged_builds()
     assert len(builds) == 2, builds
 
 
-def test_bert_exported_by_torchscript_serves_every_batch_from_two_builds(caplog) -> None:
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_a_transformer_exported_by_torchscript_serves_sequence_lengths_from_few_builds(
+        name: str, logged_builds, monkeypatch) -> None:
+    """The exporter computes shapes at run time (Shape, Gather, Concat into Reshape; a Slice of
+    the position ids up to the length; Range for the causal mask): those values keep the
+    length as a run-time size, so lengths of one size class run on one build, checked
+    against eager PyTorch."""
+    pytest.importorskip("transformers")
+    monkeypatch.delenv("EMBER_RUNTIME_DIMS", raising=False)   # the default: on
+    torch.manual_seed(0)
+    case = next(case for case in CASES if case.name == name)
+    model = case.build().eval()
+    rng = torch.Generator().manual_seed(0)
+    module = ember.compile(export(model, case, case.inputs(rng, *EXPORT_SIZES), "torchscript"))
+    lengths = (8, 9, 13, 15, 11, 5, 7)   # two classes of lengths: [8, 15] and [4, 7]
+    with torch.no_grad():
+        for length in lengths:
+            inputs = case.inputs(rng, 2, length)
+            np.testing.assert_allclose(module(*[t.numpy() for t in inputs]),
+                                       model(*inputs).numpy(), rtol=RTOL, atol=ATOL,
+                                       err_msg=f"length {length}")
+            assert isinstance(module._last[1], RuntimeDimsModel), module.last_refusal
+    builds = logged_builds()
+    assert len(builds) == 2, builds
+    assert all("compiling once for every size of sequence" in b for b in builds), builds
+
+
+def test_bert_exported_by_torchscript_serves_every_batch_from_two_builds(logged_builds) -> None:
     """The TorchScript exporter writes the same mask read as Gather(Flatten(mask), i*S + kv)
     (``batch_index.py``, flat rows): through ONNX, too, a new batch size runs on blocks.
     Padding differs per sample (``tokens_and_mask``), so a block reading another sample's
     mask rows would show in the outputs."""
     pytest.importorskip("transformers")
-    import logging
-
-    caplog.set_level(logging.INFO, logger="ember")
     torch.manual_seed(0)
     model = bert().eval()
     case = next(case for case in CASES if case.name == "bert")
@@ -364,6 +386,5 @@ def test_bert_exported_by_torchscript_serves_every_batch_from_two_builds(caplog)
             np.testing.assert_allclose(module(*[t.numpy() for t in inputs]),
                                        model(*inputs).numpy(), rtol=RTOL, atol=ATOL,
                                        err_msg=f"batch {batch}")
-    builds = [r.getMessage() for r in caplog.records
-              if "compiling a specialization" in r.getMessage()]
+    builds = logged_builds()
     assert len(builds) == 2, builds

@@ -11,7 +11,6 @@ batch size and a batch-1 block: ``ember.passes.batch_split``).
 
 from __future__ import annotations
 
-import logging
 
 import numpy as np
 import pytest
@@ -49,10 +48,9 @@ class _Counting:
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_torch_compile_matches_eager_without_fallback(name: str, caplog) -> None:
+def test_torch_compile_matches_eager_without_fallback(name: str, logged_builds) -> None:
     import torch._dynamo
 
-    caplog.set_level(logging.INFO, logger="ember")
     built = _built(name, 2)
     torch._dynamo.reset()
     backend = _Counting()
@@ -72,8 +70,7 @@ def test_torch_compile_matches_eager_without_fallback(name: str, caplog) -> None
     assert reports and all(r.compiled for r in reports)
     fallbacks = [f for r in reports for f in r.fallbacks]
     assert fallbacks == [], f"ops fell back to PyTorch: {fallbacks}"
-    builds = [r.getMessage() for r in caplog.records
-              if "compiling a specialization" in r.getMessage()]
+    builds = logged_builds()
     parts = sum(r.kernels for r in reports)
     assert len(builds) <= 2 * parts, f"{len(builds)} builds for {parts} parts: {builds}"
 

@@ -198,7 +198,15 @@ def counted_builds(monkeypatch):
         time.sleep(0.3)
         return real(graph, shapes, options)
 
+    def counting_traced(graph, options, shapes, symbols):
+        with lock:
+            calls.append({"traced": tuple(symbols), **shapes})
+        time.sleep(0.3)
+        return real_traced(graph, options, shapes, symbols)
+
+    real_traced = ember.api.build_traced
     monkeypatch.setattr(ember.api, "build_graph", counting)
+    monkeypatch.setattr(ember.api, "build_traced", counting_traced)
     return calls
 
 
@@ -222,7 +230,9 @@ def _in_threads(count: int, work) -> list:
 
 
 @pytest.mark.parametrize("dynamic_batch", [False, True])
-def test_concurrent_first_calls_compile_a_shape_once(counted_builds, dynamic_batch):
+def test_concurrent_first_calls_compile_a_shape_once(counted_builds, dynamic_batch, monkeypatch):
+    # (specializations: the batch in blocks or compiled into the code)
+    monkeypatch.setenv("EMBER_RUNTIME_DIMS", "0")
     module = ember.compile(DYNAMIC, dynamic_batch=dynamic_batch)
     inputs = [RNG.standard_normal((4, 3)).astype(np.float32) for _ in range(4)]
     results = _in_threads(4, lambda i: module(inputs[i]))
@@ -237,6 +247,21 @@ def test_concurrent_first_calls_compile_a_shape_once(counted_builds, dynamic_bat
         np.testing.assert_array_equal(result, np.maximum(inputs[i][: 1 + i % 2], 0))
     expected = [(1, 3)] if dynamic_batch else [(1, 3), (2, 3)]
     assert sorted(c["x"] for c in counted_builds[1:]) == expected
+
+
+def test_concurrent_first_calls_trace_once(counted_builds, monkeypatch):
+    """Threads that meet on a new size wait for one build for every size of the batch;
+    then the sizes its guards admit run on it, from any thread, without another build."""
+    monkeypatch.delenv("EMBER_RUNTIME_DIMS", raising=False)   # the default: on
+    module = ember.compile(DYNAMIC, dynamic_batch=False)
+    inputs = [RNG.standard_normal((7, 3)).astype(np.float32) for _ in range(4)]
+    for sizes in ([4, 4, 4, 4], [5, 6, 7, 4]):
+        results = _in_threads(4, lambda i: module(inputs[i][: sizes[i]]))
+        for i, result in enumerate(results):
+            assert isinstance(result, np.ndarray), result
+            np.testing.assert_array_equal(result, np.maximum(inputs[i][: sizes[i]], 0))
+    assert counted_builds == [{"traced": ("N",), "x": (4, 3)}]
+    assert module.build_reasons == ["the first call"]
 
 
 def test_a_failed_compile_fails_every_waiting_call_and_is_retried(counted_builds, monkeypatch):

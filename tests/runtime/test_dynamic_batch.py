@@ -23,6 +23,14 @@ ort = pytest.importorskip("onnxruntime")
 COMPILING = "compiling a specialization"
 
 
+@pytest.fixture(autouse=True)
+def specializations(monkeypatch):
+    """These tests count the specializations the batch blocks save; builds for every size of
+    a dim (which serve the sizes counted here from one build) have tests of their own in
+    ``tests/compile/test_runtime_dims.py``."""
+    monkeypatch.setenv("EMBER_RUNTIME_DIMS", "0")
+
+
 def _mlp(softmax_axis: int = 1) -> onnx.ModelProto:
     """x[N, 6] -> Gemm -> Relu -> Gemm -> Softmax; two outputs, one per sample row and one
     that does not depend on the input (to check both kinds come back)."""
