@@ -328,6 +328,12 @@ def active_trace() -> SizeTrace | None:
     return _ACTIVE.get()
 
 
+def has_traced_dims(shape: Any) -> bool:
+    """Whether a shape (or None) has a dim taken at run time: a value of that shape
+    cannot be computed at compile time, numpy would give it the traced sample's size."""
+    return any(is_traced(d) for d in shape or ())
+
+
 def holds_traced(value: Any) -> bool:
     """Whether ``value`` is an object array with a traced size in it."""
     return getattr(value, "dtype", None) == object and any(is_traced(v) for v in value.flat)

@@ -75,7 +75,7 @@ def lower_group(group: FusedGroup, graph: Graph, name: str) -> LoweredGroup:
             if value:
                 env[value] = tensor
     results = [env[value] for value in group.outputs]
-    read = _placeholders_read(results)
+    read = _tensors_read(results)
     kept = [value for value in group.inputs if value not in graph.constants or
             (id(inputs[value]) in read and inputs[value].stage is None)]
     func = lower_compute(name, [inputs[value] for value in kept], results,
@@ -101,7 +101,7 @@ def _sizes_tensor(sizes: np.ndarray, dtype: DType, name: str) -> Tensor:
     return compute(sizes.shape, body, name=name)
 
 
-def _placeholders_read(results: list[Tensor]) -> set[int]:
+def _tensors_read(results: list[Tensor]) -> set[int]:
     """The ids of the tensors the results are computed from, transitively."""
     seen: set[int] = set()
     pending = list(results)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.errors import EmberError, ShapeError
-from ember.core.traced import is_traced
+from ember.core.traced import has_traced_dims
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.ops.registry import RefContext, get_op
@@ -59,9 +59,9 @@ def _try_fold(graph: Graph, node: Node, budget: FoldBudget) -> list[np.ndarray] 
     if not node.inputs or not all((not name) or name in graph.constants
                                   for name in node.inputs):
         return None
-    if any(is_traced(d) for name in node.outputs if name
-           for d in getattr(graph.types.get(name), "shape", None) or ()):
-        return None  # sized at run time: numpy would give it the traced sample's size
+    if any(has_traced_dims(getattr(graph.types.get(name), "shape", None))
+           for name in node.outputs if name):
+        return None
     args = [graph.constants[name] if name else None for name in node.inputs]
     if not _worth_folding(graph, node, args, budget):
         return None
@@ -105,8 +105,8 @@ def _fold_metadata(graph: Graph, node: Node) -> list[np.ndarray] | None:
     vtype = graph.types.get(node.inputs[0])
     if not isinstance(vtype, TensorType) or not vtype.is_static:
         return None
-    # (with traced dims the constant holds the sample's sizes; shape inference keeps the
-    # traced ones, see ember.core.traced.traced_value)
+    # A traced shape folds to its sample's sizes here; shape inference keeps the traced
+    # value beside it (ember.core.traced.traced_value).
     opdef = get_op(node.op)
     attrs = opdef.resolve_attrs(node) if opdef else {}
     try:

@@ -34,7 +34,8 @@ import numpy as np
 
 from ember.core.dims import Dim, SymDim
 from ember.core.errors import EmberError, ShapeError
-from ember.core.traced import as_size, is_traced, remember_traced, traced_value
+from ember.core.traced import (as_size, has_traced_dims, is_traced, remember_traced,
+                               traced_value)
 from ember.ir.graph import Graph, Node
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ops.registry import InferContext, RefContext, get_op
@@ -153,8 +154,8 @@ def _fold_known_value(node: Node, opdef, attrs: dict[str, Any], known: dict[str,
         if not (isinstance(vtype, TensorType) and vtype.is_static and
                 _count(vtype.shape) <= _MAX_FOLD_ELEMENTS):
             return  # of unknown or large size: running the reference could allocate anything
-        if any(is_traced(d) for d in vtype.shape):
-            return  # sized at run time: numpy would give it the traced sample's size
+        if has_traced_dims(vtype.shape):
+            return
     args = []
     for name in node.inputs:
         if not name:
