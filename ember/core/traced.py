@@ -78,8 +78,8 @@ class SizeExpr:
             return b
         if op in ("*", "//") and b.is_const(1):
             return a
-        if op == "%" and b.is_const(1):
-            return SizeExpr.const(0)
+        if op == "%" and b.is_const(1) or op in ("//", "%") and a.is_const(0):
+            return SizeExpr.const(0)  # (0 // 0 would fail at run time; it is 0 here)
         if op == "//":
             return _divide_products(a, b)
         if op in ("+", "-"):
@@ -201,7 +201,8 @@ def _divide_products(a: SizeExpr, b: SizeExpr) -> SizeExpr:
     """``a // b`` with the factors common to both products cancelled: a Reshape's ``-1``
     divides the element count by the other dims, ``(2*S*32) // (2*S*16)``, which is the
     constant 2 (exactly, as rationals, whenever the divisor is not zero; at zero both sides
-    divide by zero).  What does not cancel stays a floor division."""
+    divide by zero), and ``(S*32) // 32`` is ``S``.  What does not cancel stays a floor
+    division."""
     a_coefficient, a_factors = _factors(a)
     b_coefficient, b_factors = _factors(b)
     kept: list[SizeExpr] = []
@@ -210,7 +211,11 @@ def _divide_products(a: SizeExpr, b: SizeExpr) -> SizeExpr:
             a_factors.remove(factor)
         else:
             kept.append(factor)
-    if b_coefficient == 0 or len(kept) == len(b_factors):
+    cancelled = len(kept) < len(b_factors)
+    # a constant divisor of the coefficient: (S*32) // 32 is S
+    divides_coefficient = not b_factors and b_coefficient != 0 and \
+        a_coefficient % b_coefficient == 0
+    if b_coefficient == 0 or not (cancelled or divides_coefficient):
         return SizeExpr("//", (a, b))
     common = math.gcd(a_coefficient, b_coefficient)
     a_coefficient //= common
@@ -567,6 +572,30 @@ def plain(value: int) -> int:
     return int.__int__(value)
 
 
+def exact_quotient(a: int, b: int) -> int | None:
+    """``a / b`` when ``b`` divides ``a`` at every size a traced build can take, else None.
+
+    Plain numbers divide as numbers.  With a traced operand the products are compared factor
+    by factor (``32*S`` divided by ``16*S`` is 2, ``16*S`` by ``32`` is None whatever the
+    sample), so nothing is decided on the sample and no guard is recorded.  A quotient that
+    is a constant comes back as a plain int."""
+    if not (isinstance(a, TracedInt) or isinstance(b, TracedInt)):
+        a, b = int(a), int(b)
+        return a // b if b != 0 and a % b == 0 else None
+    a_coefficient, a_factors = _factors(expr_of(a))
+    b_coefficient, b_factors = _factors(expr_of(b))
+    if b_coefficient == 0 or a_coefficient % b_coefficient != 0:
+        return None
+    for factor in b_factors:
+        if factor not in a_factors:
+            return None
+        a_factors.remove(factor)
+    if not a_factors:
+        return a_coefficient // b_coefficient
+    return TracedInt(int.__int__(a) // int.__int__(b),
+                     _product(a_coefficient // b_coefficient, sorted(a_factors, key=str)))
+
+
 def evaluate_dims(values: Mapping[str, int] | None, trace: SizeTrace) -> tuple[int, ...]:
     """The dims tuple of ``trace`` from symbol values by name."""
     values = values or {}
@@ -583,4 +612,5 @@ def as_size(value: Any) -> int:
 
 
 __all__ = ["C_HELPERS", "DIMS_ARRAY", "Guard", "SizeExpr", "SizeTrace", "TracedInt",
-           "active_trace", "as_size", "class_bound", "size_class", "evaluate_dims", "expr_of", "is_traced", "may_be_nonzero", "plain", "tracing"]
+           "active_trace", "as_size", "class_bound", "size_class", "evaluate_dims", "exact_quotient",
+           "expr_of", "is_traced", "may_be_nonzero", "plain", "tracing"]

@@ -161,12 +161,19 @@ def _signature_literal(value: dict[str, Any]) -> str:
 
 
 _RANGE_CHECK = """
-/* 1 if some of the n values at p lie outside [lo, hi): a branch-free scan that vectorizes. */
-static int em_out_of_range_{tag}(const {ctype} *p, int64_t n, int64_t lo, int64_t hi)
+/* 1 if some of every stride-th of the n values at p lies outside [lo, hi): a branch-free
+   scan (stride 1, all values, is the loop that vectorizes). */
+static int em_out_of_range_{tag}(const {ctype} *p, int64_t n, int64_t stride, int64_t lo,
+                                 int64_t hi)
 {{
   int bad = 0;
-  for (int64_t i = 0; i < n; ++i)
-    bad |= {test};
+  if (stride == 1) {{
+    for (int64_t i = 0; i < n; ++i)
+      bad |= {test};
+  }} else {{
+    for (int64_t i = 0; i < n; i += stride)
+      bad |= {test};
+  }}
   return bad;
 }}
 """
@@ -269,9 +276,12 @@ def _step_lines(g: Graph, step: EntryStep, pointer: Callable[[str], str]) -> lis
     for check in step.index_checks:
         vtype = g.types[check.input]
         count = vtype.nbytes // vtype.dtype.itemsize
+        values = f"(const {storage_ctype(vtype.dtype)} *){pointer(check.input)}"
+        if check.start:
+            values = f"({values} + {check.start})"
         lines.append(f"  if (em_out_of_range_{vtype.dtype.numpy.name}("
-                     f"(const {storage_ctype(vtype.dtype)} *){pointer(check.input)}, "
-                     f"{count}, {_c_int64(check.low)}, {_c_int64(check.high)}))")
+                     f"{values}, {_c_int64(count - check.start)}, INT64_C({check.stride}), "
+                     f"{_c_int64(check.low)}, {_c_int64(check.high)}))")
         lines.append(f"    return {status_code(step.index, STATUS_INDEX_OUT_OF_RANGE)};")
     args = [pointer(n) for n in step.reads] + [pointer(n) for n in step.writes]
     args += [f"(void *)(workspace + {offset})" for offset in step.scratch_offsets]

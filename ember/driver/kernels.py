@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from ember.codegen.c_names import c_identifier
 from ember.core.errors import CompileError, EmberError
+from ember.ir.compute import RangeCheck
 from ember.ir.graph import FusedGroup, Graph, Node
 from ember.ir.loop.stmt import PrimFunc
 from ember.lower.group import lower_group
@@ -31,8 +32,8 @@ class KernelImpl:
     kind: str
     func: PrimFunc | None = None
     reason: str = ""
-    # (group input position, low, high, node): range checks to run before the kernel
-    index_checks: list[tuple[int, int, int, Node]] = field(default_factory=list)
+    # (group input position, its range, node): range checks to run before the kernel
+    index_checks: list[tuple[int, RangeCheck, Node]] = field(default_factory=list)
     # group input position -> constant that replaces it (a weight packed at compile time
     # into the layout the kernel reads: see ember.schedule.gemm.Prepack)
     packed_inputs: dict[int, str] = field(default_factory=dict)

@@ -304,8 +304,9 @@ def _entry_step(impl: KernelImpl, memory: MemoryPlanReport, kernel_symbol) -> En
         node = impl.node
         reads = [n for n in node.inputs if n] + node.implicit_inputs()
         return EntryStep(impl.index, "host", None, reads, [n for n in node.outputs if n], label)
-    checks = [IndexCheck(impl.index, node.name, node.op, group.inputs[position], low, high)
-              for position, low, high, node in impl.index_checks]
+    checks = [IndexCheck(impl.index, node.name, node.op, group.inputs[position], check.low,
+                         check.high, check.start, check.stride)
+              for position, check, node in impl.index_checks]
     return EntryStep(impl.index, "kernel", kernel_symbol(impl.func), impl.inputs,
                      list(group.outputs), label, memory.scratch_offsets.get(impl.index, []),
                      checks)

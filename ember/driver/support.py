@@ -69,7 +69,7 @@ def _try_compute(node: Node, opdef: OpDef, graph: Graph, in_types: list, out_typ
         if tensor.shape != tuple(expected.shape) or tensor.dtype != expected.dtype:
             return NodeSupport(False, f"compute gives {tensor.dtype}{list(tensor.shape)} where "
                                       f"the graph has {expected}")
-    return NodeSupport(True, checked_inputs=frozenset(i for i, _, _ in ctx.index_checks))
+    return NodeSupport(True, checked_inputs=frozenset(c.input for c in ctx.index_checks))
 
 
 def output_types_derivable(node: Node, opdef: OpDef, graph: Graph) -> bool:

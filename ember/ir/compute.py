@@ -36,6 +36,19 @@ from ember.ir.loop.expr import INDEX, BufferLoad, Cast, Const, Expr, Load, Var, 
 _names = itertools.count()
 
 
+@dataclass(frozen=True)
+class RangeCheck:
+    """Integer input ``input`` must hold values in ``[low, high)`` at every ``stride``-th
+    element from ``start`` (all of them by default).  A stride lets each component of an
+    index tuple (GatherND's last axis) have the range of the dim it addresses."""
+
+    input: int
+    low: int
+    high: int
+    start: int = 0
+    stride: int = 1
+
+
 @dataclass
 class ComputeContext:
     """What an op's compute function sees: the node, its static types and attributes."""
@@ -45,8 +58,8 @@ class ComputeContext:
     output_types: list[Any]
     attrs: dict[str, Any]
     constants: dict[int, Any]  # input index -> numpy value, for inputs known at compile time
-    # (input index, low, high): every element of that input must lie in [low, high)
-    index_checks: list[tuple[int, int, int]] = field(default_factory=list)
+    # the index inputs the compiled model range-checks before the kernel runs
+    index_checks: list[RangeCheck] = field(default_factory=list)
 
     def value(self, index: int):
         """The compile-time value of input ``index`` (e.g. Reshape's shape), or None.
@@ -56,14 +69,19 @@ class ComputeContext:
             return value
         return traced_value(self.node.inputs[index], value)
 
-    def require_in_range(self, index: int, low: int, high: int) -> None:
-        """Declare that every element of integer input ``index`` must lie in ``[low, high)``.
+    def require_in_range(self, index: int, low: int, high: int, *, start: int = 0,
+                         stride: int = 1) -> None:
+        """Declare that every element of integer input ``index`` must lie in ``[low, high)``
+        (or every ``stride``-th element from ``start``: one component of each index tuple).
 
         A kernel whose loads are addressed by run-time data (Gather's indices) must not read
         outside its input, and ONNX calls an out-of-range index an error, not a value to
         clamp: the compiled model checks the input before the kernel runs and fails with an
         error naming the node (``ember.driver.entry``)."""
-        self.index_checks.append((int(index), as_size(low), as_size(high)))
+        if not 0 <= start < stride:
+            raise ValueError(f"range check starts at {start}, outside its stride {stride}")
+        self.index_checks.append(RangeCheck(int(index), as_size(low), as_size(high),
+                                            int(start), int(stride)))
 
     @property
     def num_outputs(self) -> int:

@@ -22,7 +22,8 @@ import numpy as np
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
 from ember.core.traced import holds_traced, traced_value
-from ember.ir.compute import ComputeContext, Tensor, compute, const_like, placeholder
+from ember.ir.compute import (ComputeContext, RangeCheck, Tensor, compute, const_like,
+                              placeholder)
 from ember.ir.loop.expr import Expr, Select, as_expr
 from ember.ir.graph import FusedGroup, Graph, Node
 from ember.ir.loop.stmt import PrimFunc
@@ -39,9 +40,8 @@ MAX_SIZES_COMPUTED = 64
 @dataclass
 class LoweredGroup:
     func: PrimFunc
-    # (index of the group input, low, high, the node asking): every element of that input
-    # must lie in [low, high)
-    index_checks: list[tuple[int, int, int, Node]]
+    # (index of the group input, the range its values must lie in, the node asking)
+    index_checks: list[tuple[int, RangeCheck, Node]]
     # the group inputs the kernel takes, in parameter order: a constant that only told the
     # compute what to do (a Reshape's target, a Slice's ends) is not passed at run time
     inputs: list[str]
@@ -61,16 +61,16 @@ def lower_group(group: FusedGroup, graph: Graph, name: str) -> LoweredGroup:
         else:
             inputs[value] = placeholder(vtype.shape, vtype.dtype, name=f"in{position}")
     env: dict[str, Tensor] = dict(inputs)
-    checked: list[tuple[str, int, int, Node]] = []
+    checked: list[tuple[str, RangeCheck, Node]] = []
     for node in group.nodes:
         outputs, node_checks = _apply_compute(node, graph, env)
-        for position, low, high in node_checks:
-            value = node.inputs[position]
+        for check in node_checks:
+            value = node.inputs[check.input]
             if value not in inputs:
                 raise LoweringError(f"node '{node.name}' ({node.op}) range-checks input "
                                     f"'{value}', which its own kernel computes; fusion must "
                                     f"keep its producer outside")
-            checked.append((value, low, high, node))
+            checked.append((value, check, node))
         for value, tensor in zip(node.outputs, outputs):
             if value:
                 env[value] = tensor
@@ -80,7 +80,7 @@ def lower_group(group: FusedGroup, graph: Graph, name: str) -> LoweredGroup:
             (id(inputs[value]) in read and inputs[value].stage is None)]
     func = lower_compute(name, [inputs[value] for value in kept], results,
                          attrs=(("nodes", tuple(n.name for n in group.nodes)),))
-    checks = [(kept.index(value), low, high, node) for value, low, high, node in checked]
+    checks = [(kept.index(value), check, node) for value, check, node in checked]
     return LoweredGroup(func, checks, kept)
 
 

@@ -142,6 +142,8 @@ def has_symbols(array: np.ndarray) -> bool:
 
 def like_input(result: object, x: np.ndarray) -> np.ndarray:
     """``result`` as an array of x's dtype; shape values holding symbols stay object arrays."""
+    if is_traced(result):  # numpy gives 0-d object arrays' results as bare scalars
+        return np.array(result, dtype=object)
     result = np.asarray(result)
     if result.dtype == object and any(is_traced(v) for v in result.flat):
         return result   # sizes a traced build takes at run time stay traced

@@ -82,7 +82,7 @@ def manifest_for(build: Build) -> dict[str, Any]:
                     for i, (name, array) in enumerate(build.weights.items())},
         "host_nodes": host_node_entries(build),
         # ember_run's index range checks (status code 2 names the node, input and range)
-        "checks": [dataclasses.asdict(check) for check in build.checks],
+        "checks": [check.to_json() for check in build.checks],
     }
 
 

@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -103,7 +103,9 @@ class HostNodeEntry:
 @dataclass(frozen=True)
 class IndexCheck:
     """Every value of input ``input`` of node ``node_index`` must lie in ``[low, high)``; the
-    library returns status ``node_index * 256 + 2`` when one does not."""
+    library returns status ``node_index * 256 + 2`` when one does not.  A ``stride`` above
+    1 checks only every ``stride``-th value from ``start``: one component of the index tuples
+    (each component of GatherND's tuples addresses a dim of its own size)."""
 
     node_index: int
     node: str
@@ -111,6 +113,22 @@ class IndexCheck:
     input: str
     low: int
     high: int
+    start: int = 0
+    stride: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's record; ``start`` and ``stride`` only for a strided check, so that
+        other checks read as before and a runtime that cannot stride refuses the artifact."""
+        record = asdict(self)
+        if self.stride == 1:
+            del record["start"], record["stride"]
+        return record
+
+    def describe(self) -> str:
+        """What the check asks of the input, for an error message."""
+        values = f"input '{self.input}'" if self.stride == 1 else \
+            f"component {self.start} of each {self.stride}-tuple of input '{self.input}'"
+        return f"{values} must lie in [{self.low}, {self.high})"
 
 
 @dataclass(frozen=True)
@@ -353,13 +371,16 @@ def _checks(value: Any) -> tuple[IndexCheck, ...]:
         where = f"checks[{i}]"
         item = _object(raw, where)
         _keys(item, where, required={"node_index", "node", "op", "input", "low", "high"},
-              optional=set())
+              optional={"start", "stride"})
         low = _int(item["low"], f"{where}.low", -(1 << 63), 1 << 63)
         high = _int(item["high"], f"{where}.high", low, 1 << 63)
+        stride = _int(item.get("stride", 1), f"{where}.stride", 1, 1 << 31)
+        start = _int(item.get("start", 0), f"{where}.start", 0, stride - 1)
         checks.append(IndexCheck(_int(item["node_index"], f"{where}.node_index", 0, 1 << 31),
                                  _str(item["node"], f"{where}.node"),
                                  _str(item["op"], f"{where}.op"),
-                                 _str(item["input"], f"{where}.input"), low, high))
+                                 _str(item["input"], f"{where}.input"), low, high, start,
+                                 stride))
     return tuple(checks)
 
 

@@ -294,8 +294,7 @@ class CompiledModel:
             checks = self._checks.get(node_index, [])
             if checks:
                 first = checks[0]
-                ranges = ", ".join(f"input '{c.input}' must lie in [{c.low}, {c.high})"
-                                   for c in checks)
+                ranges = ", ".join(check.describe() for check in checks)
                 return ExecutionError(f"compiled model '{self.path.name}': node {node_index} "
                                       f"'{first.node}' ({first.op}) got an index out of range: "
                                       f"{ranges}")

@@ -104,8 +104,8 @@ def test_gathers_and_masks(dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_], ids=lambda d: np.dtype(d).name)
 def test_gather_nd(dtype):
     """Index tuples address leading dims (after batch_dims); negative components count from
-    the end; a run-time index input is range-checked when its components share one dim size,
-    constant ones at compile time whatever the sizes."""
+    the end; constant tuples are checked at compile time, run-time ones before the kernel,
+    each component against the dim it addresses."""
     x = data_of(dtype, (3, 3, 4))
     cases = [
         Case("GatherND", [x, integers((2, 5, 2), np.int64, -3, 2)]),
@@ -114,6 +114,11 @@ def test_gather_nd(dtype):
         Case("GatherND", [data_of(dtype, (3, 5, 2)),
                           np.array([[[0, 1], [-1, 4]], [[2, 2], [1, -5]]], np.int64)],
              constants={1}),  # components of different sizes: checked at compile time
+        Case("GatherND", [data_of(dtype, (3, 5, 2)),  # ... and at run time
+                          np.array([[[0, 4], [-1, -5]], [[2, 2], [-3, 3]]], np.int64)]),
+        Case("GatherND", [data_of(dtype, (2, 3, 5, 2)),  # a batch dim, then dims of 3 and 5
+                          np.array([[[0, 4], [2, -5]], [[-3, 1], [1, 3]]], np.int32)],
+             {"batch_dims": 1}),
         Case("GatherND", [x, integers((3, 2, 1), np.int64, -3, 2)], {"batch_dims": 1}),
         Case("GatherND", [x, integers((3, 3, 1), np.int64, -4, 3)], {"batch_dims": 2}),
     ]
@@ -129,6 +134,27 @@ def test_gather_nd_run_time_index_out_of_range():
     feeds = {"c0_in0": x, "c0_in1": np.array([[0, 1], [3, 0]], np.int64)}
     with pytest.raises(EmberError, match="GatherND"):
         module.run(feeds)
+
+
+@pytest.mark.parametrize("tuples", [
+    [[0, 4], [3, 0]],    # 3 is past the dim of 3, though the other component's dim has 5
+    [[0, 4], [2, 5]],
+    [[-4, 0], [0, 0]],
+    [[0, -6], [0, 0]],
+])
+def test_gather_nd_run_time_components_are_checked_against_their_own_dims(tuples):
+    """Each component of a run-time index tuple has its own range: a value that is valid for
+    another component's dim is still the node's error."""
+    x = floats((3, 5))
+    valid = np.array([[2, -5], [-3, 4]], np.int64)
+    graph, _ = build_graph([Case("GatherND", [x, valid])])
+    module = ember.compile(graph)
+    assert module.build.host_nodes == [], module.build.report()
+    feeds = {"c0_in0": x, "c0_in1": valid}
+    np.testing.assert_array_equal(module.run(feeds)[graph.outputs[0]], x[[2, -3], [-5, 4]])
+    with pytest.raises(EmberError, match=r"GatherND.*component 0 of each 2-tuple .* \[-3, 3\), "
+                                         r"component 1 .* \[-5, 5\)"):
+        module.run({**feeds, "c0_in1": np.array(tuples, np.int64)})
 
 
 def test_one_hot():

@@ -20,7 +20,8 @@ CASES = (
     r"matmul_3d|gemm_all_attributes|reduce_sum_keepdims_random|reduce_max_do_not_keepdims_random|"
     r"argmax_negative_axis_keepdims_random|softmax_axis_0|logsoftmax_large_number|"
     r"layer_normalization_4d_axis_negative_2|batchnorm_example|instancenorm_epsilon|"
-    r"gather_negative_indices|gather_elements_negative_indices|slice_neg_steps|pad_.*constant|"
+    r"gather_negative_indices|gather_elements_negative_indices|gathernd_example_float32|"
+    r"slice_neg_steps|pad_.*constant|"
     r"concat_3d_axis_negative_1|transpose_all_permutations_3|expand_dim_changed|tile$|"
     r"div_int8|mod_mixed_sign_int32|cast_FLOAT_to_FLOAT16|cast_FLOAT16_to_FLOAT|"
     r"where_long_example|clip_default_int8_inbounds|sigmoid$|gelu_tanh_2|"
@@ -97,3 +98,40 @@ LONG_ROWS_CHILD = textwrap.dedent("""
 
 def test_lane_parallel_reductions_are_clean_under_asan_and_ubsan(run_sanitized):
     assert "ran 4" in run_sanitized(LONG_ROWS_CHILD)
+
+
+# GatherND tuples whose components address dims of different sizes (5 and 3): the entry
+# checks every other value against each dim (a strided scan), then the kernel gathers.
+INDEX_TUPLES_CHILD = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import numpy as np
+    from onnx import TensorProto, helper
+    import ember
+    from ember.core.errors import EmberError
+
+    node = helper.make_node("GatherND", ["x", "idx"], ["y"])
+    graph = helper.make_graph(
+        [node], "cells", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 3, 2]),
+                          helper.make_tensor_value_info("idx", TensorProto.INT64, [7, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 2])])
+    module = ember.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                           sanitize=True)
+    x = np.arange(30, dtype=np.float32).reshape(5, 3, 2)
+    idx = np.array([[4, 2], [-5, -3], [0, 0], [3, -1], [-1, 1], [2, 2], [1, 0]], np.int64)
+    np.testing.assert_array_equal(module(x, idx), x[idx[:, 0], idx[:, 1]])
+    refused = 0
+    for row, bad in ((6, [1, 3]), (0, [5, 0]), (6, [0, -4]), (3, [-6, 0])):
+        wrong = idx.copy()
+        wrong[row] = bad
+        try:
+            module(x, wrong)
+        except EmberError:
+            refused += 1
+    module.profile({"x": x, "idx": idx}, repeat=1, warmup=0)
+    print("refused", refused)
+""")
+
+
+def test_strided_index_checks_are_clean_under_asan_and_ubsan(run_sanitized):
+    assert "refused 4" in run_sanitized(INDEX_TUPLES_CHILD)

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from ember.core.traced import (C_HELPERS, Guard, SizeExpr, SizeTrace, TracedInt, as_size,
-                               class_bound, expr_of, is_traced, may_be_nonzero, plain,
+                               class_bound, exact_quotient, expr_of, is_traced, may_be_nonzero, plain,
                                size_class, tracing)
 
 
@@ -52,6 +52,23 @@ def test_sums_and_quotients_are_brought_to_one_form():
     ]:
         for dims in samples:
             assert expr_of(value).evaluate(dims) == python(*dims), (value, dims)
+
+
+def test_exact_quotients_are_decided_on_the_expressions():
+    """Divisibility of sizes is decided for every size, without a guard: 32*S divides by 16*S
+    and by 16, never by 128, even at S = 8 where the numbers divide."""
+    trace = _trace(S=8, N=3)
+    s, n = trace.symbol("S"), trace.symbol("N")
+    with tracing(trace):
+        assert exact_quotient(32 * s, 16 * s) == 2 and not is_traced(exact_quotient(32 * s, 16 * s))
+        quotient = exact_quotient(32 * s * n, 16 * n)
+        assert is_traced(quotient) and quotient.expr == expr_of(2 * s)
+        assert exact_quotient(32 * s, 128) is None and exact_quotient(16 * s, 32 * s) is None
+        assert exact_quotient(s + 1, s) is None and exact_quotient(s * n, n * s) == 1
+        assert (exact_quotient(12, 4), exact_quotient(12, 5), exact_quotient(3, 0)) == (3, None,
+                                                                                       None)
+    assert not trace.guards
+    assert expr_of((s * 32) // 32) == s.expr and is_traced((s * 6) // 4)
 
 
 def test_decisions_record_guards_that_hold_for_the_sample():

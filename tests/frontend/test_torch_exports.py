@@ -368,6 +368,35 @@ def test_a_transformer_exported_by_torchscript_serves_sequence_lengths_from_few_
     assert all("compiling once for every size of sequence" in b for b in builds), builds
 
 
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_a_transformer_compiled_by_dynamo_serves_sequence_lengths_from_few_builds(
+        name: str, logged_builds, monkeypatch) -> None:
+    """``torch.compile(dynamic=True)`` hands ember one graph with a symbolic batch and length.
+    transformers reads the padding mask as mask[arange(N)[:, None, None, None], kv], a
+    GatherND whose run-time index tuples address a dim of N and one of S: each component is
+    range-checked against its own dim, and the views of attention divide by multiples of S
+    that are decided as expressions, so lengths of one size class run on one build."""
+    pytest.importorskip("transformers")
+    import torch._dynamo
+
+    monkeypatch.delenv("EMBER_RUNTIME_DIMS", raising=False)   # the default: on
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    case = next(case for case in CASES if case.name == name)
+    model = case.build().eval()
+    compiled = torch.compile(model, backend="ember", dynamic=True)
+    rng = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for length in (8, 9, 13, 15, 11, 5, 7):   # two classes: [8, 15] and [4, 7]
+            inputs = case.inputs(rng, 2, length)
+            np.testing.assert_allclose(compiled(*inputs).numpy(), model(*inputs).numpy(),
+                                       rtol=RTOL, atol=ATOL, err_msg=f"length {length}")
+    torch._dynamo.reset()
+    builds = logged_builds()
+    assert len(builds) == 2, builds
+    assert all("compiling once for every size of" in b for b in builds), builds
+
+
 def test_bert_exported_by_torchscript_serves_every_batch_from_two_builds(logged_builds) -> None:
     """The TorchScript exporter writes the same mask read as Gather(Flatten(mask), i*S + kv)
     (``batch_index.py``, flat rows): through ONNX, too, a new batch size runs on blocks.

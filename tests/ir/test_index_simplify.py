@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ember
 from ember.core.dtypes import DType
+from ember.core.traced import SizeTrace, expr_of, is_traced, tracing
 from ember.ir.loop.expr import Binary, Const, Expr, Var
 from ember.ir.loop.functor import walk
 from ember.ir.loop.index_simplify import interval, simplify_index
@@ -23,15 +24,15 @@ def _c(value: int) -> Const:
     return Const(value, I64)
 
 
-def _evaluate(expr: Expr, env: dict[Var, int]) -> int:
+def _evaluate(expr: Expr, env: dict[Var, int], dims: tuple[int, ...] = ()) -> int:
     """Exact integer semantics of the IR: floor for floordiv/floormod, C truncation for
-    div/mod."""
+    div/mod; a traced build's run-time sizes take the values ``dims``."""
     if isinstance(expr, Const):
-        return int(expr.value)
+        return expr_of(expr.value).evaluate(dims) if is_traced(expr.value) else int(expr.value)
     if isinstance(expr, Var):
         return env[expr]
     assert isinstance(expr, Binary), expr
-    a, b = _evaluate(expr.a, env), _evaluate(expr.b, env)
+    a, b = _evaluate(expr.a, env, dims), _evaluate(expr.b, env, dims)
     if expr.op == "add":
         return a + b
     if expr.op == "sub":
@@ -156,6 +157,26 @@ def test_divisions_by_a_multiple_of_a_common_factor_keep_their_value(seed):
     for op in ("div", "mod"):
         expr = Binary(op, positive, _c(g * d))
         _check_equal_everywhere(expr, simplify_index(expr, non_negative), non_negative)
+
+
+def test_divisions_by_run_time_sizes_are_simplified_for_every_size():
+    """A traced build's rows of a (2*S, 16) view read as (N, 2, S, 16) (a Dynamo graph of
+    attention): the dividend's coefficient 16*S and the divisor 32*S are run-time sizes, so the
+    common factor is found as an expression (16*S of 32*S: the batch index is i // 2) and not
+    from the sample, where gcd(128, 256) = 128 would hold at S = 8 alone."""
+    trace = SizeTrace(("S",), (8,))
+    s = trace.symbol("S")
+    i, j, k = Var("i"), Var("j"), Var("k")
+    index = Binary("floordiv", i * _c(16 * s) + j * _c(16) + k, _c(32 * s))
+    with tracing(trace):
+        simplified = simplify_index(index, {i: (0, 5), j: (0, s - 1), k: (0, 15)})
+    assert _divisions(simplified) == 1 and not any(
+        isinstance(n, Const) and is_traced(n.value) for n in walk(simplified)), simplified
+    for size in (1, 3, 8, 13, 16):
+        assert trace.failed_guard((size,)) is None, size
+        for point in itertools.product(range(6), range(size), range(0, 16, 5)):
+            env = dict(zip((i, j, k), point))
+            assert _evaluate(simplified, env, (size,)) == _evaluate(index, env, (size,))
 
 
 def test_divisions_the_ranges_do_not_make_exact_stay():

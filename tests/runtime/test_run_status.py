@@ -45,6 +45,30 @@ def test_out_of_range_index_names_node_op_input_and_range(tmp_path):
     np.testing.assert_array_equal(model(DATA, good), DATA[good])  # still usable
 
 
+def test_each_component_of_an_index_tuple_is_checked_against_its_own_dim(tmp_path):
+    """GatherND's tuples address dims of 4 and 3: the deployed library checks every other
+    value against each, and the error gives the range of each component."""
+    node = helper.make_node("GatherND", ["data", "idx"], ["out"], name="pick_cells")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("data", TensorProto.FLOAT, [4, 3]),
+                      helper.make_tensor_value_info("idx", TensorProto.INT64, [2, 2])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2])])
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    artifact = ember.compile(onnx_model).save(tmp_path / "cells.ember")
+    assert read_manifest(artifact)["checks"] == [
+        {"node_index": 0, "node": "pick_cells", "op": "GatherND", "input": "idx", "low": low,
+         "high": -low, "start": start, "stride": 2} for start, low in ((0, -4), (1, -3))]
+    model = ember.runtime.load(artifact)
+    good = np.array([[3, -3], [-4, 2]], np.int64)
+    np.testing.assert_array_equal(model(DATA, good), DATA[good[:, 0], good[:, 1]])
+    for bad in ([[3, 3], [0, 0]], [[0, 0], [4, 0]], [[0, -4], [0, 0]], [[-5, 0], [0, 0]]):
+        with pytest.raises(ExecutionError) as error:  # 3 and -4 are valid for the first dim
+            model(DATA, np.array(bad, np.int64))
+        assert ("node 0 'pick_cells' (GatherND) got an index out of range: component 0 of "
+                "each 2-tuple of input 'idx' must lie in [-4, 4), component 1 of each 2-tuple "
+                "of input 'idx' must lie in [-3, 3)") in str(error.value)
+
+
 class _ReferenceFailed(Exception):
     pass
 

@@ -31,7 +31,7 @@ import math
 from dataclasses import replace
 from typing import Mapping
 
-from ember.core.traced import as_size, may_be_nonzero
+from ember.core.traced import as_size, exact_quotient, is_traced, may_be_nonzero, plain
 from ember.core.dtypes import DType
 from ember.ir.loop.expr import Binary, Const, Expr, Load, Var
 from ember.ir.loop.functor import rewrite
@@ -236,7 +236,11 @@ def _range_of(terms: dict[Expr, int], constant: int, ranges: Ranges) -> Interval
         if bounds is None:
             return None
         a, b = bounds[0] * coefficient, bounds[1] * coefficient
-        low, high = low + min(a, b), high + max(a, b)
+        if is_traced(coefficient):
+            a, b = min(a, b), max(a, b)
+        elif coefficient < 0:  # the bounds are ordered: no comparison of run-time sizes
+            a, b = b, a
+        low, high = low + a, high + b
     return low, high
 
 
@@ -254,9 +258,10 @@ def _exact_division(node: Binary, ranges: Ranges) -> Expr | None:
         whole = _range_of(terms, constant, ranges)
         if whole is None or whole[0] < 0:
             return None
-    quotient_terms = {t: c // divisor for t, c in terms.items() if c % divisor == 0}
-    rest_terms = {t: c for t, c in terms.items() if c % divisor != 0}
-    quotient_constant, rest_constant = divmod(constant, divisor)
+    quotients = {t: exact_quotient(c, divisor) for t, c in terms.items()}
+    quotient_terms = {t: q for t, q in quotients.items() if q is not None}
+    rest_terms = {t: c for t, c in terms.items() if quotients[t] is None}
+    quotient_constant, rest_constant = _split_multiple(constant, divisor)
     rest = _range_of(rest_terms, rest_constant, ranges)
     split = bool(quotient_terms) or quotient_constant != 0
     within = rest is not None and 0 <= rest[0] and rest[1] < divisor
@@ -295,22 +300,55 @@ def _factor_division(node: Binary, terms: dict[Expr, int], constant: int,
     196608`` with ``j`` in ``[0, 1536)`` is ``i // 128``.  ``g`` is tried among the common
     divisors of the divisor and each coefficient, largest first."""
     divisor = _positive_constant(node.b)
-    candidates = sorted({math.gcd(divisor, c) for c in terms.values()}, reverse=True)
-    for g in candidates:
-        if g <= 1 or g >= divisor:
-            continue
-        big = {t: c // g for t, c in terms.items() if c % g == 0}
-        small = {t: c for t, c in terms.items() if c % g != 0}
-        big_constant, small_constant = divmod(constant, g)
+    for g, divisor_over_g in _common_factors(divisor, list(terms.values())):
+        quotients = {t: exact_quotient(c, g) for t, c in terms.items()}
+        big = {t: q for t, q in quotients.items() if q is not None}
+        small = {t: c for t, c in terms.items() if quotients[t] is None}
+        big_constant, small_constant = _split_multiple(constant, g)
         bounds = _range_of(small, small_constant, ranges)
         if not big or bounds is None or bounds[0] < 0 or bounds[1] >= g:
             continue
-        reduced = Binary(node.op, _build(big, big_constant), _int(divisor // g))
+        reduced = Binary(node.op, _build(big, big_constant), _int(divisor_over_g))
         reduced = _exact_division(reduced, ranges) or reduced
         if node.op in ("floordiv", "div"):
             return reduced
         return _build({reduced: g, **small}, small_constant)
     return None
+
+
+def _common_factors(divisor: int, coefficients: list[int]) -> list[tuple[int, int]]:
+    """``(g, divisor / g)`` for the factors ``g`` of the divisor shared with a coefficient,
+    largest first, without 1 and the divisor itself.  Plain numbers give their common
+    divisors; a traced size divides only as an expression (``16*S`` of ``32*S``), so the
+    sample never decides which rewrite a build of every size gets."""
+    if not is_traced(divisor) and not any(is_traced(c) for c in coefficients):
+        shared = {math.gcd(divisor, c) for c in coefficients}
+        return [(g, divisor // g) for g in sorted(shared, reverse=True) if 1 < g < divisor]
+    found: dict[object, tuple[int, int]] = {}
+    for c in coefficients:
+        for g in (c, -c):
+            quotient = exact_quotient(divisor, g)
+            if quotient is not None and not _at_most_one(g) and not _at_most_one(quotient):
+                found.setdefault(str(g), (g, quotient))
+    return sorted(found.values(), key=lambda pair: plain(pair[0]), reverse=True)
+
+
+def _at_most_one(value: int) -> bool:
+    """A plain number at most 1 (a traced size is taken as larger: ruling it out would take a
+    guard, and a factor of 1 only makes a rewrite that changes nothing)."""
+    return not is_traced(value) and value <= 1
+
+
+def _split_multiple(value: int, divisor: int) -> tuple[int, int]:
+    """``(q, r)`` with ``value == q * divisor + r``: floor division for plain numbers; a
+    traced value splits only when the divisor divides it as an expression, else it stays
+    whole in ``r`` (``q = 0``), which is as exact and needs no guard."""
+    quotient = exact_quotient(value, divisor)
+    if quotient is not None:
+        return quotient, 0
+    if not is_traced(value) and not is_traced(divisor):
+        return divmod(value, divisor)
+    return 0, value
 
 
 # remainder op -> its quotient op: (x // c) * c + x % c == x for floor division, and for C's

@@ -27,7 +27,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 import ember.ops.families  # noqa: F401  (registers the ops these definitions attach to)
-from ember.core.traced import as_size, holds_traced
+from ember.core.traced import as_size, expr_of, holds_traced
 from ember.core.dtypes import DType
 from ember.ir.compute import ComputeContext, Tensor, compute, const_like
 from ember.ir.loop.expr import INDEX, Cast, Const, Expr, Select, maximum, minimum
@@ -409,10 +409,12 @@ def gather_nd(ctx, data, indices, *, batch_dims):
     require(b + k <= data.ndim and data.shape[:b] == indices.shape[:b])
     addressed = data.shape[b:b + k]
     if ctx.value(1) is None and addressed:  # constant tuples were checked by shape inference
-        # The entry point checks one range per input: exact only when every component
-        # addresses a dim of the same size (else the reference reports a bad index).
-        require(len(set(addressed)) == 1)
-        ctx.require_in_range(1, -addressed[0], addressed[0])
+        # sizes compared as expressions: comparing traced sizes would pin their samples
+        if len({expr_of(dim) for dim in addressed}) == 1:
+            ctx.require_in_range(1, -addressed[0], addressed[0])
+        else:  # each component has the range of the dim it addresses
+            for component, dim in enumerate(addressed):
+                ctx.require_in_range(1, -dim, dim, start=component, stride=len(addressed))
     lead = indices.ndim - 1
 
     def body(*i: Expr) -> Expr:
