@@ -13,6 +13,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Union
 
+from ember.core.traced import exact_quotient, is_traced
+
 Monomial = tuple[str, ...]  # sorted symbol names, repeated for powers; () is the constant term
 
 
@@ -119,6 +121,10 @@ def _terms_of(value: "Dim") -> dict[Monomial, int]:
 def exact_divide(numerator: "Dim", denominator: "Dim") -> "Dim | None":
     """``numerator / denominator`` when it divides exactly as a polynomial, else None."""
     if isinstance(numerator, int) and isinstance(denominator, int):
+        # sizes of a traced build divide as expressions when they can, with no guard
+        quotient = exact_quotient(numerator, denominator)
+        if quotient is not None or not (is_traced(numerator) or is_traced(denominator)):
+            return quotient
         return numerator // denominator if denominator and numerator % denominator == 0 else None
     den = _terms_of(denominator)
     if len(den) != 1:

@@ -6,8 +6,9 @@ agree).  Exported graphs are full of these: every attention layer recomputing
 ``Shape(x)[0]``, a mask broadcast once per layer, the same ``Transpose`` of a weight taken
 by two readers.  The later node is removed and its readers read the earlier node's outputs.
 
-Constants are deduplicated first, by value (dtype, shape and bytes), so that nodes reading
-two copies of the same weight or scalar compare equal too.  The inputs of the commutative
+Constants are deduplicated first, by value (dtype, shape and bytes, and in a traced build the
+run-time sizes they stand for), so that nodes reading two copies of the same weight or scalar
+compare equal too.  The inputs of the commutative
 binary ops (Add, Mul, And, Or, Xor, Equal and the bitwise ones) are compared as a set: IEEE
 addition and multiplication are commutative, so ``a + b`` and ``b + a`` are the same value.
 
@@ -21,6 +22,7 @@ from typing import Any, Hashable
 
 import numpy as np
 
+from ember.core.traced import expr_of, holds_traced, traced_value
 from ember.ir.graph import Graph, Node
 from ember.ir.printer import format_graph
 from ember.ops.registry import get_op
@@ -70,6 +72,7 @@ def _merge_constants(graph: Graph) -> int:
             key = _fingerprint(graph.constants[name])
             if key is None:
                 continue
+            key = (key, _sizes_spelled(name, graph.constants[name]))
             same = next((other for other in kept.get(key, [])
                          if _equal_bits(graph.constants[other], graph.constants[name])), None)
             if same is None:
@@ -81,6 +84,16 @@ def _merge_constants(graph: Graph) -> int:
         del graph.constants[name]
         graph.types.pop(name, None)
     return len(mapping)
+
+
+def _sizes_spelled(name: str, array: np.ndarray) -> tuple[str, ...] | None:
+    """The run-time sizes a traced build's constant stands for (``[4, S, 16]``), which its
+    sample does not tell apart from another's (``[4, 16, S]`` at S = 16); None for a constant
+    that is just its values."""
+    value = traced_value(name, array)
+    if not holds_traced(value):
+        return None
+    return tuple(str(expr_of(v)) for v in np.asarray(value).flat)
 
 
 def _fingerprint(array: np.ndarray) -> Hashable | None:

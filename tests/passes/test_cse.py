@@ -3,7 +3,11 @@ computation, one constant per distinct value; random ops and differing subgraphs
 
 from __future__ import annotations
 
+import numpy as np
+
+from ember.core.traced import SizeTrace, remember_traced, tracing
 from ember.ir.graph import Graph, Node
+from ember.ir.parser import parse_graph
 from ember.passes.cse import eliminate_common_subexpressions as cse
 from ember.passes.testing import assert_pass, assert_unchanged
 from pass_helpers import check_numerics, ops
@@ -72,6 +76,33 @@ def test_equal_constants_merge_by_value_and_then_their_readers():
           %s = Mul(%p, %p)
           %y = Mul(%s, %r)
         }""", changed=2)
+
+
+def test_traced_constants_merge_only_when_they_stand_for_the_same_sizes():
+    """In a build traced at S = 16, the Reshape targets [4, S, 16] and [4, 16, S] hold the
+    same sample; merging them would give the second Reshape the first one's shape at every
+    other S."""
+    graph = parse_graph("""
+        graph g(%x: f32[4, 16, 16], %w: f32[4, 16, 16]) -> (%y: f32[4, 16, 16]) {
+          const %rows: i64[3] = [4, 16, 16]
+          const %cols: i64[3] = [4, 16, 16]
+          const %rows_again: i64[3] = [4, 16, 16]
+          %a = Reshape(%x, %rows)
+          %b = Reshape(%w, %cols)
+          %c = Reshape(%w, %rows_again)
+          %d = Add(%a, %b)
+          %y = Add(%d, %c)
+        }""")
+    trace = SizeTrace(("S",), (16,))
+    s = trace.symbol("S")
+    with tracing(trace):
+        remember_traced("rows", np.array([4, s, 16], dtype=object))
+        remember_traced("cols", np.array([4, 16, s], dtype=object))
+        remember_traced("rows_again", np.array([4, s, 16], dtype=object))
+        assert cse(graph) == 1
+    assert sorted(graph.constants) == ["cols", "rows"]
+    assert [n.inputs[1] for n in graph.nodes if n.op == "Reshape"] == ["rows", "cols", "rows"]
+    assert not trace.guards
 
 
 def test_large_equal_constants_merge_and_bits_decide():
