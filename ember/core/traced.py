@@ -596,6 +596,12 @@ def exact_quotient(a: int, b: int) -> int | None:
                      _product(a_coefficient // b_coefficient, sorted(a_factors, key=str)))
 
 
+def constant_factor(value: int) -> int:
+    """The constant a size is a multiple of by its form (``32`` of ``32*S*N``, ``1`` of
+    ``S + 1``); a plain number is its own."""
+    return _factors(value.expr)[0] if isinstance(value, TracedInt) else int(value)
+
+
 def evaluate_dims(values: Mapping[str, int] | None, trace: SizeTrace) -> tuple[int, ...]:
     """The dims tuple of ``trace`` from symbol values by name."""
     values = values or {}
@@ -612,5 +618,6 @@ def as_size(value: Any) -> int:
 
 
 __all__ = ["C_HELPERS", "DIMS_ARRAY", "Guard", "SizeExpr", "SizeTrace", "TracedInt",
-           "active_trace", "as_size", "class_bound", "size_class", "evaluate_dims", "exact_quotient",
+           "active_trace", "as_size", "class_bound", "constant_factor", "size_class", "evaluate_dims",
+           "exact_quotient",
            "expr_of", "is_traced", "may_be_nonzero", "plain", "tracing"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ember.core.traced import DIMS_ARRAY
+from ember.core.traced import DIMS_ARRAY, plain
 from ember.driver.kernels import KernelImpl
 from ember.ir.graph import Graph
 from ember.ir.loop.stmt import For, Seq
@@ -86,12 +86,13 @@ def plan_workspace(g: Graph, impls: list[KernelImpl]) -> MemoryPlanReport:
                  for head, names in members.items()]
     plan = plan_memory(intervals)
     offsets = {name: plan.offsets[root(name)] for name in first}
-    peak = max((sum(align(sizes[n]) for n in first if first[n] <= step <= last[n])
+    # statistics of the report, at the traced sample's sizes (no decision on run-time sizes)
+    peak = max((sum(align(plain(sizes[n])) for n in first if first[n] <= step <= last[n])
                 for step in range(len(impls))), default=0)
     return MemoryPlanReport(
         {n: o for n, o in offsets.items() if not n.startswith("#")}, plan.workspace_size,
         {step: [offsets[n] for n in names] for step, names in scratch_names.items()},
-        naive_bytes=sum(align(max(s, 1)) for s in sizes.values()), peak_live_bytes=peak,
+        naive_bytes=sum(align(max(plain(s), 1)) for s in sizes.values()), peak_live_bytes=peak,
         in_place=reuse, values=sum(1 for n in first if not n.startswith("#")))
 
 

@@ -48,9 +48,11 @@ def plan_memory(intervals: list[Interval]) -> MemoryPlan:
     placed: list[tuple[int, int, Interval]] = []  # (offset, size, interval)
     offsets: dict[str, int] = {}
     arena_end = 0
-    for interval in sorted(intervals, key=lambda i: (i.start, -i.nbytes)):
-        # a size that varies at run time gets the slot of the largest size of its class
-        size = align(max(class_bound(interval.nbytes), 1))
+    # a size that varies at run time gets the slot of the largest size of its class; slots
+    # are plain numbers, so the order of placement is the same for every size of the class
+    slots = [align(max(class_bound(interval.nbytes), 1)) for interval in intervals]
+    for size, interval in sorted(zip(slots, intervals), key=lambda pair: (pair[1].start,
+                                                                          -pair[0])):
         busy = sorted((off, off + sz) for off, sz, other in placed
                       if not (other.end < interval.start or other.start > interval.end))
         best_offset, best_waste = None, None

@@ -397,6 +397,32 @@ def test_a_transformer_compiled_by_dynamo_serves_sequence_lengths_from_few_build
     assert all("compiling once for every size of" in b for b in builds), builds
 
 
+def test_a_transformer_compiled_ahead_of_time_with_a_dynamic_length_traces_it(
+        logged_builds, monkeypatch) -> None:
+    """``ember.compile(model, inputs, dynamic_shapes=...)`` through ``torch.export``: a
+    length declared as a ``Dim`` is taken at run time, one build for each class of lengths,
+    including 16, where the Reshape targets [N*heads, S, 16] and [N*heads, 16, S] of
+    attention hold the same numbers and must stay two constants."""
+    pytest.importorskip("transformers")
+    monkeypatch.delenv("EMBER_RUNTIME_DIMS", raising=False)   # the default: on
+    torch.manual_seed(0)
+    case = next(case for case in CASES if case.name == "bert")
+    model = case.build().eval()
+    rng = torch.Generator().manual_seed(0)
+    length = torch.export.Dim("length", min=2, max=32)
+    module = ember.compile(model, case.inputs(rng, 2, 16),
+                           dynamic_shapes=({1: length}, {1: length}))
+    with torch.no_grad():
+        for size in (16, 23, 31, 17):
+            inputs = case.inputs(rng, 2, size)
+            np.testing.assert_allclose(module(*[t.numpy() for t in inputs]),
+                                       model(*inputs).numpy(), rtol=RTOL, atol=ATOL,
+                                       err_msg=f"length {size}")
+            assert isinstance(module._last[1], RuntimeDimsModel), module.last_refusal
+    builds = logged_builds()
+    assert len(builds) == 1 and "compiling once for every size of length" in builds[0], builds
+
+
 def test_bert_exported_by_torchscript_serves_every_batch_from_two_builds(logged_builds) -> None:
     """The TorchScript exporter writes the same mask read as Gather(Flatten(mask), i*S + kv)
     (``batch_index.py``, flat rows): through ONNX, too, a new batch size runs on blocks.

@@ -179,6 +179,36 @@ def test_divisions_by_run_time_sizes_are_simplified_for_every_size():
             assert _evaluate(simplified, env, (size,)) == _evaluate(index, env, (size,))
 
 
+@pytest.mark.parametrize("form", range(6))
+def test_rewrites_of_traced_divisions_hold_wherever_their_guards_do(form):
+    """Dividends and divisors mixing run-time sizes and constants, simplified at S = 8: at
+    every other S whose guards hold, the rewrite computes the original index."""
+    trace = SizeTrace(("S",), (8,))
+    s = trace.symbol("S")
+    i, j, k = Var("i"), Var("j"), Var("k")
+    dividend, divisor = [
+        (i * _c(16 * s) + j, _c(128)),             # 16 of 16*S and of 128: (i*S) // 8
+        (i * _c(48) + j * _c(16) + k, _c(32 * s)),  # a constant coefficient, a traced divisor
+        (i * _c(32 * s) + j * _c(8) + k, _c(16 * s)),
+        (i * _c(s * 6) + j * _c(3) + k, _c(12)),
+        (i * _c(16 * s) + j * _c(16) + k - _c(3), _c(32 * s)),  # may leave [0, 16*S)
+        (i * _c(s) + j, _c(s)),
+    ][form]
+    ranges = {i: (0, 5), j: (0, s - 1), k: (0, 15)}
+    for op in ("floordiv", "floormod"):
+        index = Binary(op, dividend, divisor)
+        with tracing(trace):
+            simplified = simplify_index(index, ranges)
+        for size in (1, 2, 3, 5, 8, 12, 13, 16, 31):
+            if trace.failed_guard((size,)) is not None:
+                continue   # a build traced at 8 does not serve this size
+            for point in itertools.product(range(6), range(size), range(0, 16, 3)):
+                env = dict(zip((i, j, k), point))
+                assert _evaluate(simplified, env, (size,)) == _evaluate(index, env, (size,)), \
+                    (op, size, env, simplified)
+    assert trace.failed_guard((9,)) is None   # a size near the sample is served
+
+
 def test_divisions_the_ranges_do_not_make_exact_stay():
     i, j = Var("i"), Var("j")
     ranges = {i: (0, 4), j: (0, 2)}

@@ -31,7 +31,8 @@ import math
 from dataclasses import replace
 from typing import Mapping
 
-from ember.core.traced import as_size, exact_quotient, is_traced, may_be_nonzero, plain
+from ember.core.traced import (as_size, constant_factor, exact_quotient, is_traced,
+                               may_be_nonzero, plain)
 from ember.core.dtypes import DType
 from ember.ir.loop.expr import Binary, Const, Expr, Load, Var
 from ember.ir.loop.functor import rewrite
@@ -326,7 +327,8 @@ def _common_factors(divisor: int, coefficients: list[int]) -> list[tuple[int, in
         return [(g, divisor // g) for g in sorted(shared, reverse=True) if 1 < g < divisor]
     found: dict[object, tuple[int, int]] = {}
     for c in coefficients:
-        for g in (c, -c):
+        # the coefficient itself (16*S of 32*S), or the constants both are multiples of
+        for g in (c, -c, math.gcd(constant_factor(divisor), constant_factor(c))):
             quotient = exact_quotient(divisor, g)
             if quotient is not None and not _at_most_one(g) and not _at_most_one(quotient):
                 found.setdefault(str(g), (g, quotient))
