@@ -8,9 +8,9 @@ by two readers.  The later node is removed and its readers read the earlier node
 
 Constants are deduplicated first, by value (dtype, shape and bytes, and in a traced build the
 run-time sizes they stand for), so that nodes reading two copies of the same weight or scalar
-compare equal too.  The inputs of the commutative
-binary ops (Add, Mul, And, Or, Xor, Equal and the bitwise ones) are compared as a set: IEEE
-addition and multiplication are commutative, so ``a + b`` and ``b + a`` are the same value.
+compare equal too.  The inputs of the commutative binary ops (Add, Mul, And, Or, Xor, Equal
+and the bitwise ones) are compared as a set: IEEE addition and multiplication are
+commutative, so ``a + b`` and ``b + a`` are the same value.
 
 Never merged: ops that draw random numbers (each call is a new sample), and nodes with
 subgraphs unless the subgraphs are identical (same printed form, same constants).

@@ -341,6 +341,20 @@ def test_bert_compiled_with_dynamic_shapes_serves_every_batch_from_two_builds(
     assert len(builds) == 2, builds
 
 
+def _serve_lengths_from_traced_builds(module: ember.Module, model: nn.Module,
+                                      case: ExportCase, rng: torch.Generator,
+                                      lengths: tuple[int, ...]) -> None:
+    """Run ``module`` at batch 2 and each length: outputs as eager PyTorch's, every call on a
+    build for every length (a ``RuntimeDimsModel``)."""
+    with torch.no_grad():
+        for length in lengths:
+            inputs = case.inputs(rng, 2, length)
+            np.testing.assert_allclose(module(*[t.numpy() for t in inputs]),
+                                       model(*inputs).numpy(), rtol=RTOL, atol=ATOL,
+                                       err_msg=f"length {length}")
+            assert isinstance(module._last[1], RuntimeDimsModel), module.last_refusal
+
+
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
 def test_a_transformer_exported_by_torchscript_serves_sequence_lengths_from_few_builds(
         name: str, logged_builds, monkeypatch) -> None:
@@ -355,14 +369,8 @@ def test_a_transformer_exported_by_torchscript_serves_sequence_lengths_from_few_
     model = case.build().eval()
     rng = torch.Generator().manual_seed(0)
     module = ember.compile(export(model, case, case.inputs(rng, *EXPORT_SIZES), "torchscript"))
-    lengths = (8, 9, 13, 15, 11, 5, 7)   # two classes of lengths: [8, 15] and [4, 7]
-    with torch.no_grad():
-        for length in lengths:
-            inputs = case.inputs(rng, 2, length)
-            np.testing.assert_allclose(module(*[t.numpy() for t in inputs]),
-                                       model(*inputs).numpy(), rtol=RTOL, atol=ATOL,
-                                       err_msg=f"length {length}")
-            assert isinstance(module._last[1], RuntimeDimsModel), module.last_refusal
+    # two classes of lengths: [8, 15] and [4, 7]
+    _serve_lengths_from_traced_builds(module, model, case, rng, (8, 9, 13, 15, 11, 5, 7))
     builds = logged_builds()
     assert len(builds) == 2, builds
     assert all("compiling once for every size of sequence" in b for b in builds), builds
@@ -412,13 +420,7 @@ def test_a_transformer_compiled_ahead_of_time_with_a_dynamic_length_traces_it(
     length = torch.export.Dim("length", min=2, max=32)
     module = ember.compile(model, case.inputs(rng, 2, 16),
                            dynamic_shapes=({1: length}, {1: length}))
-    with torch.no_grad():
-        for size in (16, 23, 31, 17):
-            inputs = case.inputs(rng, 2, size)
-            np.testing.assert_allclose(module(*[t.numpy() for t in inputs]),
-                                       model(*inputs).numpy(), rtol=RTOL, atol=ATOL,
-                                       err_msg=f"length {size}")
-            assert isinstance(module._last[1], RuntimeDimsModel), module.last_refusal
+    _serve_lengths_from_traced_builds(module, model, case, rng, (16, 23, 31, 17))
     builds = logged_builds()
     assert len(builds) == 1 and "compiling once for every size of length" in builds[0], builds
 
