@@ -197,6 +197,18 @@ def _product(coefficient: int, factors: list[SizeExpr]) -> SizeExpr:
     return result
 
 
+def _cancel_common(a_factors: list[SizeExpr], b_factors: list[SizeExpr]) -> list[SizeExpr]:
+    """Remove from ``a_factors`` (in place) each factor of ``b_factors`` it has; returns the
+    factors of ``b`` that were not there."""
+    kept = []
+    for factor in b_factors:
+        if factor in a_factors:
+            a_factors.remove(factor)
+        else:
+            kept.append(factor)
+    return kept
+
+
 def _divide_products(a: SizeExpr, b: SizeExpr) -> SizeExpr:
     """``a // b`` with the factors common to both products cancelled: a Reshape's ``-1``
     divides the element count by the other dims, ``(2*S*32) // (2*S*16)``, which is the
@@ -205,12 +217,7 @@ def _divide_products(a: SizeExpr, b: SizeExpr) -> SizeExpr:
     division."""
     a_coefficient, a_factors = _factors(a)
     b_coefficient, b_factors = _factors(b)
-    kept: list[SizeExpr] = []
-    for factor in b_factors:
-        if factor in a_factors:
-            a_factors.remove(factor)
-        else:
-            kept.append(factor)
+    kept = _cancel_common(a_factors, b_factors)
     cancelled = len(kept) < len(b_factors)
     # a constant divisor of the coefficient: (S*32) // 32 is S
     divides_coefficient = not b_factors and b_coefficient != 0 and \
@@ -584,12 +591,9 @@ def exact_quotient(a: int, b: int) -> int | None:
         return a // b if b != 0 and a % b == 0 else None
     a_coefficient, a_factors = _factors(expr_of(a))
     b_coefficient, b_factors = _factors(expr_of(b))
-    if b_coefficient == 0 or a_coefficient % b_coefficient != 0:
+    if b_coefficient == 0 or a_coefficient % b_coefficient != 0 or \
+            _cancel_common(a_factors, b_factors):
         return None
-    for factor in b_factors:
-        if factor not in a_factors:
-            return None
-        a_factors.remove(factor)
     if not a_factors:
         return a_coefficient // b_coefficient
     return TracedInt(int.__int__(a) // int.__int__(b),
