@@ -51,7 +51,7 @@ from ember.runtime.loader import load as load_artifact
 from ember.runtime.errors import ModelLoadError
 from ember.runtime.manifest import HostNodeEntry
 from ember.runtime.dims_model import RuntimeDimsModel
-from ember.runtime.model import CompiledModel, HostFunction
+from ember.runtime.model import CompiledModel, HostFunction, check_thread_count
 
 if TYPE_CHECKING:
     from ember.profile import Peak, Profile
@@ -547,9 +547,12 @@ class Module:
                              model=self.graph.name,
                              inputs={name: array.shape for name, array in arrays.items()})
 
-    def set_num_threads(self, count: int) -> None:
+    def set_num_threads(self, count: int | None) -> None:
+        """Threads the compiled kernels run on, the calling thread included (None or 0: the
+        CPUs this process may use), for every variant compiled so far and later."""
+        count = check_thread_count(count, allow_zero=True) or None
         with self._variants_lock:
-            self._num_threads = int(count)
+            self._num_threads = count
             runtimes = [runtime for _, runtime in self._variants.values()]
         for runtime in runtimes:
             runtime.set_num_threads(count)
@@ -727,7 +730,8 @@ def _check_buffers(where: str, kind: str, names: list[str], specs: Sequence[Any]
 def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "native",
             opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None,
             sanitize: bool = False, memory_limit: int | str | None = None,
-            dynamic_shapes: Any = None, dynamic_batch: bool | None = None) -> Module:
+            dynamic_shapes: Any = None, dynamic_batch: bool | None = None,
+            threads: int | None = None) -> Module:
     """Compile an ONNX model (path, bytes, ModelProto), a ``torch.nn.Module`` or an ember
     Graph to native code.
 
@@ -744,24 +748,31 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     ``memory_limit`` (bytes, or a string like ``"8GiB"``) is the most memory compiling and
     running may need; default: ``$EMBER_MEMORY_LIMIT``, else the memory available (see
     ``ember.core.config``).  A model that needs more is refused with a MemoryBudgetError.
+    ``threads`` is how many threads the compiled kernels run on, the calling thread included
+    (default: the CPUs this process may use); it is a run-time setting, not compiled in
+    (``module.set_num_threads`` changes it, and a saved artifact takes its own at load).
     """
+    threads = check_thread_count(threads)
     if memory_limit is not None:
         memory_limit = parse_size(memory_limit)  # a typo fails now, not at the first call
     graph = _as_graph(model, memory_limit, example_inputs, dynamic_shapes)
     resolved = target if isinstance(target, Target) else Target.parse(target)
     options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
                            memory_limit=memory_limit)
-    return Module(graph, options, input_shapes, dynamic_batch=dynamic_batch)
+    module = Module(graph, options, input_shapes, dynamic_batch=dynamic_batch)
+    if threads is not None:
+        module.set_num_threads(threads)
+    return module
 
 
-def load(path: str | Path, *, expected_digest: str | None = None
-         ) -> CompiledModel | BatchBlockedModel:
+def load(path: str | Path, *, expected_digest: str | None = None,
+         threads: int | None = None) -> CompiledModel | BatchBlockedModel:
     """Load an artifact, with ember's numpy references available for fallback nodes: a
     model for one set of input shapes, or one saved to run any batch size in blocks.
 
     ``expected_digest`` (the ``digest`` of a model loaded earlier) refuses any other
     artifact; without it, loading runs the artifact's library, so load only artifacts from a
-    source you trust.
+    source you trust.  ``threads``: as for :func:`ember.runtime.load`.
     """
     return load_artifact(path, host_resolver=_resolve_from_manifest,
-                         expected_digest=expected_digest)
+                         expected_digest=expected_digest, threads=threads)

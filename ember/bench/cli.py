@@ -84,9 +84,10 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
                         help="compile ember and torch.compile without their caches, so the "
                              "compile times are first compiles even on a rerun")
     parser.add_argument("--omp-passive", action="store_true",
-                        help="make the OpenMP workers of torch and ember sleep as soon as they "
-                             "are idle (OMP_WAIT_POLICY=PASSIVE; default: OpenMP's own waiting, "
-                             "as deployed; see benchmarks/README.md)")
+                        help="make torch's OpenMP workers sleep as soon as they are idle "
+                             "(OMP_WAIT_POLICY=PASSIVE; default: OpenMP's own waiting, as "
+                             "deployed; ember's own thread pool does not read it; see "
+                             "benchmarks/README.md)")
     parser.add_argument("--ort-spin", action="store_true",
                         help="let ONNX Runtime's idle workers spin after each run, its default "
                              "(default: they stop when a run returns, so that they do not take "
@@ -211,17 +212,16 @@ def _wide(console: Console) -> Console:
 
 
 def _passive_openmp() -> None:
-    """Make the OpenMP workers of torch and ember sleep instead of spinning when idle
-    (``--omp-passive``).
+    """Make torch's OpenMP workers sleep instead of spinning when idle (``--omp-passive``).
+    ember's kernels run on ember's own thread pool, which no environment variable changes.
 
-    Not the default: every parallel region then starts by waking the workers, which made
-    ember's MobileNetV2 (72 kernels) take 20-23 ms instead of 11-12 ms.  It helps when another
-    process keeps one of the two cores busy: libgomp's brief spinning at a barrier then waits
-    out a scheduler time slice (torch eager on a tiny ResNet once took 950 ms instead of 6 ms
-    that way, when ONNX Runtime's workers kept spinning between runs; they no longer do, see
-    ``peers.OnnxRuntimePeer``).  libgomp reads the variable when it loads, i.e. when torch is
-    imported or ember's first library is loaded, which happens after this (an explicit
-    OMP_WAIT_POLICY in the environment wins).
+    Not the default: every parallel region then starts by waking the workers.  It helps when
+    another process keeps one of the two cores busy: libgomp's brief spinning at a barrier
+    then waits out a scheduler time slice (torch eager on a tiny ResNet once took 950 ms
+    instead of 6 ms that way, when ONNX Runtime's workers kept spinning between runs; they no
+    longer do, see ``peers.OnnxRuntimePeer``).  libgomp reads the variable when it loads, i.e.
+    when torch is imported, which happens after this (an explicit OMP_WAIT_POLICY in the
+    environment wins).
     """
     if "torch" in sys.modules:
         return  # too late for torch's libgomp; leave the environment as the user set it
@@ -287,6 +287,7 @@ def _report(results: list[CaseResult], peers: list[Peer], exporters: list[str],
                                     results_json, write_json, write_png)
 
     console.print(render_table(results, peers, settings, exporters))
+    console.print(_fairness_note(peers, settings, args))
     work = count_work(results) if machine is not None else None
     if machine is not None and work is not None:
         console.print(render_efficiency_table(results, peers, exporters, work, machine))
@@ -304,6 +305,20 @@ def _report(results: list[CaseResult], peers: list[Peer], exporters: list[str],
     if args.png is not None:
         write_png(results, peers, exporters, settings, args.png)
         console.print(f"wrote {args.png}")
+
+
+def _fairness_note(peers: list[Peer], settings: Settings, args: argparse.Namespace) -> str:
+    """What the bench set on a contender that a user would not have set, said in the output."""
+    made = []
+    if any(peer.name == "onnxruntime" for peer in peers) and not settings.ort_spin:
+        made.append("ONNX Runtime: session.force_spinning_stop=1 (its idle workers stop "
+                    "spinning when a run returns, so they do not take a core from the "
+                    "contender timed next; --ort-spin leaves its default)")
+    if getattr(args, "omp_passive", False):
+        made.append("torch: OMP_WAIT_POLICY=PASSIVE (--omp-passive)")
+    ember = "ember: nothing (its thread pool reads no environment variable)"
+    return "Set for fairness, not as deployed: " + ("; ".join(made) or "nothing") + \
+        f". {ember}; every contender at {settings.threads} threads."
 
 
 # --------------------------------------------------------------------------- --ops

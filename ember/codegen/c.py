@@ -29,15 +29,19 @@ The C ABI of a generated module:
   which may sit at any address their element type allows (a model's inputs: a caller's array
   is used where it lies, not copied to an aligned one); distinct buffer parameters must not overlap (``restrict``; a PrimFunc attr
   ``("noalias", False)`` drops it);
-* exported ``void ember_set_num_threads(int n)`` (n <= 0: OpenMP's default) and
-  ``int ember_get_num_threads(void)`` (1 without OpenMP) control PARALLEL loops;
+* exported ``void ember_set_num_threads(int n)`` (n <= 0: the CPUs the process may use),
+  ``int ember_get_num_threads(void)`` and ``int ember_thread_stats(int64_t *out, int n)``
+  control and count PARALLEL loops, which run on ember's own thread pool (see
+  :mod:`c_threads`);
 * ``EMBER_EXPORT`` marks exported definitions; compile with ``-fvisibility=hidden`` so nothing
   else is exported.
 
-Loops: PARALLEL is ``#pragma omp parallel for schedule(static)`` under ``#ifdef _OPENMP``
-(serial otherwise); VECTORIZED asserts independent iterations to the compiler (``GCC ivdep`` /
-``clang loop vectorize(assume_safety)``), as the IR's schedule promised; UNROLLED is ``#pragma
-GCC unroll`` (the constant extent, or the loop's ``unroll`` annotation, else 8).
+Loops: a PARALLEL loop's body becomes a static function of a range of iterations (its free
+names passed in a struct, by value) that the kernel hands to ``em_parallel_for``: the pool
+runs it in chunks on the calling thread and its workers; VECTORIZED asserts independent
+iterations to the compiler (``GCC ivdep`` / ``clang loop vectorize(assume_safety)``), as the
+IR's schedule promised; UNROLLED is ``#pragma GCC unroll`` (the constant extent, or the
+loop's ``unroll`` annotation, else 8).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ember.core.target import Target
 from ember.core.traced import C_HELPERS as TRACED_SIZE_HELPERS, DIMS_ARRAY
@@ -53,6 +57,8 @@ from ember.codegen.c_expr import ExprEmitter, ModuleContext
 from ember.codegen.c_fast_math import UNIT_FLAGS as FAST_FLOAT_UNIT_FLAGS, uses_fast_float
 from ember.codegen.c_gemm import emit_gemm, gemm_buffers, shared_gemm_unit
 from ember.codegen.c_names import Names, c_comment, c_identifier
+from ember.codegen.c_threads import (POOL_DECLARATIONS, POOL_FEATURES, POOL_INCLUDES,
+                                     POOL_SOURCE, THREAD_FUNCTIONS)
 from ember.codegen.c_types import CodegenError, compute_ctype, storage_ctype
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import Call, Const, Expr, Load, Var
@@ -61,7 +67,6 @@ from ember.ir.loop.stmt import (Allocate, Evaluate, For, ForKind, Gemm, IfThenEl
                                 PrimFunc, Seq, Stmt, Store)
 from ember.ir.loop.verifier import verify_func
 
-THREAD_FUNCTIONS = ("ember_set_num_threads", "ember_get_num_threads")
 DEFAULT_MAX_STACK_BYTES = 1 << 20
 _UNROLL_DEFAULT = 8
 _MAX_UNROLL = 64
@@ -104,7 +109,7 @@ def generate_c(module: CModule) -> str:
         verify_func(func)
         emitter = _KernelEmitter(ctx, func, reserved, module.max_stack_bytes)
         kernels.append(emitter.emit(symbol, symbol in exported))
-    parts = [_prelude(module.target, ctx), _THREADS, *kernels]
+    parts = [_prelude(module.target, ctx, entry=True), POOL_SOURCE, *kernels]
     if module.extra_source:
         parts.append("/* ---- pipeline source ---- */\n" + module.extra_source.rstrip() + "\n")
     return "\n\n".join(p.rstrip() for p in parts if p) + "\n"
@@ -173,7 +178,7 @@ def kernel_unit(func: PrimFunc, target: Target,
     ctx = ModuleContext(target, shared_gemm=True)
     emitter = _KernelEmitter(ctx, func, {_UNIT_PLACEHOLDER, *THREAD_FUNCTIONS}, max_stack_bytes)
     kernel = emitter.emit(_UNIT_PLACEHOLDER, exported=False, linkage="EMBER_INTERNAL ")
-    parts = [_prelude(target, ctx), _THREAD_DECLARATION, kernel]
+    parts = [_prelude(target, ctx), POOL_DECLARATIONS, kernel]
     if "EM_FLOOR" in kernel:  # sizes of a build traced over run-time dims
         parts.insert(1, TRACED_SIZE_HELPERS)
     text = "\n\n".join(parts) + "\n"
@@ -224,7 +229,8 @@ def generate_units(module: CModule,
         prototypes.append(of.prototype)
     declarations = ("/* ---- kernels, each compiled in a unit of its own ---- */\n" +
                     "\n".join(prototypes)) if prototypes else ""
-    parts = [_prelude(module.target, ModuleContext(module.target)), _THREADS, declarations]
+    parts = [_prelude(module.target, ModuleContext(module.target), entry=True), POOL_SOURCE,
+             declarations]
     if module.extra_source:
         parts.append("/* ---- pipeline source ---- */\n" + module.extra_source.rstrip() + "\n")
     entry = "\n\n".join(p.rstrip() for p in parts if p) + "\n"
@@ -249,33 +255,16 @@ def _check_exports(module: CModule, symbols: list[str]) -> set[str]:
 _INCLUDES = ("stdbool.h", "stddef.h", "stdint.h", "stdlib.h", "string.h", "math.h",
              "stdatomic.h")
 
-_THREAD_DECLARATION = "EMBER_EXPORT int ember_get_num_threads(void);"
-
-_THREADS = """\
-/* ---- threads: PARALLEL loops use ember_get_num_threads() threads ---- */
-static atomic_int em_requested_threads = 0;
-
-EMBER_EXPORT void ember_set_num_threads(int n) {
-  atomic_store_explicit(&em_requested_threads, n > 0 ? n : 0, memory_order_relaxed);
-}
-
-EMBER_EXPORT int ember_get_num_threads(void) {
-#ifdef _OPENMP
-  const int n = atomic_load_explicit(&em_requested_threads, memory_order_relaxed);
-  return n > 0 ? n : omp_get_max_threads();
-#else
-  return 1;
-#endif
-}"""
-
-
-def _prelude(target: Target, ctx: ModuleContext) -> str:
+def _prelude(target: Target, ctx: ModuleContext, entry: bool = False) -> str:
+    """The head of a unit; the ``entry`` unit (which defines the thread pool) also gets the
+    pool's feature macro and headers."""
     includes = [f"#include <{h}>" for h in _INCLUDES + tuple(sorted(ctx.headers))]
     return "\n".join([
+        *([POOL_FEATURES] if entry else []),
         f"/* Generated by ember.codegen.c for target {c_comment(str(target))}.  Do not edit.",
         "   Compile as C11 with GNU extensions (gcc/clang), -fvisibility=hidden. */",
         *includes,
-        "#ifdef _OPENMP\n#include <omp.h>\n#endif",
+        *([POOL_INCLUDES] if entry else []),
         '#define EMBER_EXPORT __attribute__((visibility("default")))',
         '#define EMBER_INTERNAL __attribute__((visibility("hidden")))',
         "",
@@ -302,6 +291,12 @@ class _KernelEmitter:
         self.lines: list[str] = []
         self.param_decls = ""
         self.exprs = ExprEmitter(ctx, self._var, self._buffer)
+        # the functions PARALLEL loop bodies became, defined before the kernel
+        self.outlined: list[str] = []
+        self.symbol = ""
+        self.written: set[Buffer] = set()
+        self.restrict = ""
+        self.assumed_align: dict[Buffer, int] = {}
 
     def _var(self, v: Var) -> str:
         if v not in self.vars:
@@ -332,6 +327,7 @@ class _KernelEmitter:
             used_buffers |= reads | writes
         used = {n for n in nodes if isinstance(n, Var)}
         restrict = " restrict" if func.attr("noalias", True) else ""
+        self.symbol, self.written, self.restrict = symbol, written, restrict
         params, prologue = [], []
         element_aligned = set(func.attr("element_aligned", ()))
         for position, p in enumerate(func.params):
@@ -347,6 +343,7 @@ class _KernelEmitter:
                 if p.align > p.dtype.itemsize and p.align & (p.align - 1) == 0 and \
                         position not in element_aligned:
                     prologue.append(f"{name} = __builtin_assume_aligned({name}, {p.align});")
+                    self.assumed_align[p] = p.align
                 if p not in used_buffers:
                     prologue.append(f"(void){name};")
             else:
@@ -366,7 +363,8 @@ class _KernelEmitter:
             linkage = "EMBER_EXPORT " if exported else "static "
             header = f"/* {c_comment(func.name)} */\n" if symbol != func.name else ""
         signature = f"{linkage}void {symbol}({self.param_decls})"
-        return header + signature + " {\n" + "\n".join(self.lines) + "\n}"
+        body = signature + " {\n" + "\n".join(self.lines) + "\n}"
+        return "\n\n".join([*self.outlined, header + body])
 
     # ------------------------------------------------------------------ statements
     def line(self, depth: int, text: str) -> None:
@@ -464,6 +462,9 @@ class _KernelEmitter:
             end = end_name
         else:
             end = e.const(s.start.value + s.extent.value, dtype)
+        if s.kind is ForKind.PARALLEL:
+            self.parallel_ir_loop(s, depth, start, end)
+            return
         for pragma in self._pragmas(s):
             self.lines.append(pragma)
         with _Binding(self.vars, s.var, self.names.fresh(s.var.name)) as var:
@@ -471,13 +472,83 @@ class _KernelEmitter:
             self.stmt(s.body, depth + 1)
             self.line(depth, "}")
 
+    def parallel_ir_loop(self, s: For, depth: int, start: str, end: str) -> None:
+        """A PARALLEL loop of the IR: its iterations ``start .. end`` run on the pool."""
+        ct = compute_ctype(s.var.dtype)
+        first = self.names.fresh(f"{s.var.name}_first")
+        count = self.names.fresh(f"{s.var.name}_count")
+        self.line(depth, f"const int64_t {first} = (int64_t)({start});")
+        self.line(depth, f"const int64_t {count} = (int64_t)({end}) - {first};")
+        offset = self.names.fresh(f"{s.var.name}_offset")
+        extra = {first: "int64_t"}
+
+        def body(inner: int) -> None:
+            with _Binding(self.vars, s.var, self.names.fresh(s.var.name)) as var:
+                self.line(inner, f"const {ct} {var} = ({ct})({first} + {offset});")
+                self.stmt(s.body, inner)
+
+        self.parallel(depth, count, offset, body, chunk=0, extra=extra)
+
+    def parallel(self, depth: int, count: str, index: str, body: Callable[[int], None],
+                 chunk: int = 0, extra: dict[str, str] | None = None) -> None:
+        """Emit ``for (int64_t index = 0; index < count; ++index) { body }`` as a loop run
+        on the thread pool (:mod:`c_threads`): ``body(depth)`` emits the statements of one
+        iteration, which become a static function of a range of iterations; every name of
+        the enclosing scopes it uses (a scalar, or a buffer's pointer) reaches that function
+        through a struct, by value.  ``chunk`` iterations are claimed at a time (0: the pool
+        splits the loop into a few chunks per thread); ``extra`` declares C names the caller
+        defined outside the IR's bindings (name -> C type)."""
+        scope = self._scope() | (extra or {})
+        outer, self.lines = self.lines, []
+        body(2)
+        inner_lines, self.lines = self.lines, outer
+        used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "\n".join(inner_lines)))
+        captured = [(name, ctype) for name, ctype in scope.items() if name in used]
+        number = len(self.outlined)
+        function = f"em_par{number}_{self.symbol}"
+        fields = [f"  {ctype} {name};" for name, ctype in captured] or ["  char em_unused;"]
+        unpack = []
+        for name, ctype in captured:
+            if ctype.endswith("*"):
+                align = self._alignment_of(name)
+                value = f"em_c->{name}" if align is None else \
+                    f"__builtin_assume_aligned(em_c->{name}, {align})"
+                unpack.append(f"  {ctype}{self.restrict} {name} = {value};")
+            else:
+                unpack.append(f"  const {ctype} {name} = em_c->{name};")
+        self.outlined.append("\n".join([
+            f"struct {function} {{", *fields, "};",
+            f"static void {function}(void *em_context, int64_t em_begin, int64_t em_end) {{",
+            f"  const struct {function} *em_c = (const struct {function} *)em_context;",
+            *unpack,
+            f"  for (int64_t {index} = em_begin; {index} < em_end; ++{index}) {{",
+            *inner_lines,
+            "  }",
+            "}"]))
+        values = ", ".join(f".{name} = {name}" for name, _ in captured) or "0"
+        context = f"em_par{number}"
+        self.line(depth, f"{{ /* parallel: {function} */")
+        self.line(depth + 1, f"struct {function} {context} = {{{values}}};")
+        self.line(depth + 1, f"em_parallel_for({function}, &{context}, {count}, {chunk});")
+        self.line(depth, "}")
+
+    def _scope(self) -> dict[str, str]:
+        """The C names bound at this point of the kernel, with their C types (a buffer's is
+        its pointer type, const when the kernel never writes it)."""
+        scope = {name: compute_ctype(var.dtype) for var, name in self.vars.items()}
+        for buffer, name in self.buffers.items():
+            const = "" if buffer in self.written else "const "
+            scope[name] = f"{const}{storage_ctype(buffer.dtype)} *"
+        return scope
+
+    def _alignment_of(self, name: str) -> int | None:
+        for buffer, align in self.assumed_align.items():
+            if self.buffers.get(buffer) == name:
+                return align
+        return None
+
     @staticmethod
     def _pragmas(s: For) -> list[str]:
-        if s.kind is ForKind.PARALLEL:
-            return ["#ifdef _OPENMP",
-                    "#pragma omp parallel for schedule(static) "
-                    "num_threads(ember_get_num_threads())",
-                    "#endif"]
         if s.kind is ForKind.VECTORIZED:
             return ["#if defined(__clang__)", "#pragma clang loop vectorize(assume_safety)",
                     "#elif defined(__GNUC__)", "#pragma GCC ivdep", "#endif"]

@@ -23,7 +23,7 @@ behaviour.
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ember.core.traced import is_traced
 from ember.codegen.c_helpers import HelperSet
@@ -38,13 +38,10 @@ if TYPE_CHECKING:
 # Multiply-adds from which a product is shared among threads.
 PARALLEL_WORK = 1 << 17
 
-# Tasks are handed out one at a time (dynamic), not split in fixed halves: on a shared machine
-# a worker often starts late (its vCPU was idle, or another process holds it), and with a
-# static split the caller would then wait for the late worker's whole half.  A task is
-# about a million multiply-adds, so taking one costs nothing in comparison.
-_OMP_FOR = ["#ifdef _OPENMP",
-            "#pragma omp parallel for schedule(dynamic, 1) num_threads(ember_get_num_threads())",
-            "#endif"]
+# Tasks are handed out one at a time (chunks of one task), not split in fixed halves: on a
+# shared machine a worker often starts late (its vCPU was idle, or another process holds it),
+# and with a static split the caller would then wait for the late worker's whole half.  A
+# task is about a million multiply-adds, so taking one costs nothing in comparison.
 
 
 def vector_type(helpers: HelperSet, lanes: int) -> str:
@@ -252,100 +249,100 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     blocks_m, blocks_n, panels_per_task = _task_grid(s)
     fresh, line = em.names.fresh, em.line
     task = fresh("task")
-    if tasks > 1 and s.m * s.n * s.k * (tasks // (blocks_m * blocks_n)) >= PARALLEL_WORK:
-        em.lines.extend(_OMP_FOR)
-    line(depth, f"for (long {task} = 0; {task} < {tasks}; ++{task}) {{")
-    inner = depth + 1
-    bt, tm, tn = fresh("bt"), fresh("tm"), fresh("tn")
-    line(inner, f"const long {bt} = {task} / {blocks_m * blocks_n}, "
-                f"{tm} = ({task} / {blocks_n}) % {blocks_m}, {tn} = {task} % {blocks_n};")
-    line(inner, f"(void){bt};")
-    with _batch_bindings(em, s if blocks_per_element else None, bt, inner):
-        a_base, out_base = (em.exprs.expr(e) for e in (s.a_base, s.out_base))
-        b_panels = em._buffer(s.pack) if s.pack is not None else em._buffer(s.b)
-        if s.pack is not None and s.pack.shape[0] > 1:  # this batch element's panels
-            b_panels = f"({b_panels} + {bt} * {s.pack.shape[1] * s.k * nr})"
-        i_lo, i_hi, p_lo, p_hi = fresh("i_lo"), fresh("i_hi"), fresh("p_lo"), fresh("p_hi")
-        line(inner, f"const long {i_lo} = {tm} * {knobs.mc}, "
-                    f"{i_hi} = {i_lo} + {knobs.mc} < {s.m} ? {i_lo} + {knobs.mc} : {s.m};")
-        line(inner, f"const long {p_lo} = {tn} * {panels_per_task}, "
-                    f"{p_hi} = {p_lo} + {panels_per_task} < {panels} ? "
-                    f"{p_lo} + {panels_per_task} : {panels};")
-        if pack_in_task:  # this task's panels of B, every k, into their place in the pack
-            packing = fresh("pp")
-            line(inner, f"for (long {packing} = {p_lo}; {packing} < {p_hi}; ++{packing}) {{")
-            names = tuple(fresh(n) for n in ("q", "kk", "j", "rest", "joff", "src", "dst"))
-            _emit_pack_panel(em, s, inner + 1, packing, bt if s.pack.shape[0] > 1 else "0", 0,
-                             names)
-            line(inner, "}")
-        pc, kc, p, i0, j0 = fresh("pc"), fresh("kc"), fresh("p"), fresh("i0"), fresh("j0")
-        rows, cols, panel, tile = fresh("rows"), fresh("cols"), fresh("panel"), fresh("tile")
-        apack = fresh("apack")
-        if pack_a:
-            line(inner, f"float {apack}[{knobs.mc * knobs.kc}] __attribute__((aligned(64)));")
-        line(inner, f"for (long {pc} = 0; {pc} < {s.k}; {pc} += {knobs.kc}) {{")
-        line(inner + 1, f"const long {kc} = {s.k} - {pc} < {knobs.kc} ? {s.k} - {pc} : "
-                        f"{knobs.kc};")
-        if pack_a:
-            # A's block, MR-row strips of kc steps each: the micro-kernel reads it in order
-            line(inner + 1, f"for (long r = {i_lo}; r < {i_hi}; ++r) {{")
-            line(inner + 2, f"float *strip = {apack} + ((r - {i_lo}) / {mr}) * {kc} * {mr} + "
-                            f"(r - {i_lo}) % {mr};")
-            line(inner + 2, f"const float *from = {em._buffer(s.a)} + ({a_base}) + "
-                            f"r * {s.a_rs} + {pc} * {s.a_cs};")
-            line(inner + 2, f"for (long k = 0; k < {kc}; ++k) strip[k * {mr}] = "
-                            f"from[k * {s.a_cs}];")
-            line(inner + 1, "}")
-        line(inner + 1, f"for (long {p} = {p_lo}; {p} < {p_hi}; ++{p}) {{")
-        line(inner + 2, f"const long {j0} = {p} * {nr}, "
-                        f"{cols} = {s.n} - {j0} < {nr} ? {s.n} - {j0} : {nr};")
-        b_row = fresh("b_row")
-        if s.b_direct:
-            full = s.n // nr
-            b_in_place = f"{em._buffer(s.b)} + ({em.exprs.expr(s.b_base)}) + {p} * {nr} + " \
-                f"{pc} * {s.b_k_dims[0][1]}"
-            packed = f"{b_panels} + ({p} - {full}) * {s.k * nr} + {pc} * {nr}" \
-                if s.pack is not None else b_in_place
-            line(inner + 2, f"const int in_place = {p} < {full};")
-            line(inner + 2, f"const float *{panel} = in_place ? {b_in_place} : {packed};")
-            line(inner + 2, f"const long {b_row} = in_place ? {s.b_k_dims[0][1]} : {nr};")
-        else:
-            line(inner + 2, f"const float *{panel} = {b_panels} + {p} * {s.k * nr} + "
-                            f"{pc} * {nr};")
-            line(inner + 2, f"const long {b_row} = {nr};")
-        line(inner + 2, f"for (long {i0} = {i_lo}; {i0} < {i_hi}; {i0} += {mr}) {{")
-        body = inner + 3
-        line(body, f"const long {rows} = {i_hi} - {i0} < {mr} ? {i_hi} - {i0} : {mr};")
-        line(body, f"float *{tile} = {em._buffer(s.out)} + ({out_base}) + {i0} * {s.out_rs} "
-                   f"+ {j0};")
-        if s.a_packed:  # strips packed at compile time (i0 is a multiple of MR)
-            a_tile = f"{em._buffer(s.a)} + ({i0} / {mr}) * {s.k * mr} + {pc} * {mr}"
-            a_rs, a_cs = 1, mr
-        elif pack_a:
-            a_tile, a_rs, a_cs = f"{apack} + (({i0} - {i_lo}) / {mr}) * {kc} * {mr}", 1, mr
-        else:
-            a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"
-            a_rs, a_cs = s.a_rs, s.a_cs
-        # (``accumulate`` stays a run-time flag: one inlined copy per flag value doubled the
-        # code of every GEMM and made ResNet-18's convolutions slower, 34 -> 44 ms)
-        strides = "" if shared else f"{a_rs}, {a_cs}, "
-        call = (f"({kc}, {a_tile}, {strides}{panel}, {b_row}, {tile}, {s.out_rs}, "
-                f"{pc} != 0, {cols});")
-        if narrow is None:
-            _emit_micro_call(em, body, kernels, rows, call)
-        else:
-            line(body, f"if ({p} < {panels - 1}) {{")
-            _emit_micro_call(em, body + 1, kernels, rows, call)
-            line(body, "} else {")
-            _emit_micro_call(em, body + 1, narrow, rows, call)
-            line(body, "}")
-        if s.finish is not None:
-            line(body, f"if ({pc} + {kc} == {s.k}) {{")
-            _emit_epilogue(em, s, body + 1, {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
-            line(body, "}")
-        for level in range(inner + 2, inner - 1, -1):
-            line(level, "}")
-    line(depth, "}")
+    parallel = tasks > 1 and s.m * s.n * s.k * (tasks // (blocks_m * blocks_n)) >= PARALLEL_WORK
+
+    def task_body(inner: int) -> None:
+        bt, tm, tn = fresh("bt"), fresh("tm"), fresh("tn")
+        line(inner, f"const long {bt} = {task} / {blocks_m * blocks_n}, "
+                    f"{tm} = ({task} / {blocks_n}) % {blocks_m}, {tn} = {task} % {blocks_n};")
+        line(inner, f"(void){bt};")
+        with _batch_bindings(em, s if blocks_per_element else None, bt, inner):
+            a_base, out_base = (em.exprs.expr(e) for e in (s.a_base, s.out_base))
+            b_panels = em._buffer(s.pack) if s.pack is not None else em._buffer(s.b)
+            if s.pack is not None and s.pack.shape[0] > 1:  # this batch element's panels
+                b_panels = f"({b_panels} + {bt} * {s.pack.shape[1] * s.k * nr})"
+            i_lo, i_hi, p_lo, p_hi = fresh("i_lo"), fresh("i_hi"), fresh("p_lo"), fresh("p_hi")
+            line(inner, f"const long {i_lo} = {tm} * {knobs.mc}, "
+                        f"{i_hi} = {i_lo} + {knobs.mc} < {s.m} ? {i_lo} + {knobs.mc} : {s.m};")
+            line(inner, f"const long {p_lo} = {tn} * {panels_per_task}, "
+                        f"{p_hi} = {p_lo} + {panels_per_task} < {panels} ? "
+                        f"{p_lo} + {panels_per_task} : {panels};")
+            if pack_in_task:  # this task's panels of B, every k, into their place in the pack
+                packing = fresh("pp")
+                line(inner, f"for (long {packing} = {p_lo}; {packing} < {p_hi}; ++{packing}) {{")
+                names = tuple(fresh(n) for n in ("q", "kk", "j", "rest", "joff", "src", "dst"))
+                _emit_pack_panel(em, s, inner + 1, packing, bt if s.pack.shape[0] > 1 else "0", 0,
+                                 names)
+                line(inner, "}")
+            pc, kc, p, i0, j0 = fresh("pc"), fresh("kc"), fresh("p"), fresh("i0"), fresh("j0")
+            rows, cols, panel, tile = fresh("rows"), fresh("cols"), fresh("panel"), fresh("tile")
+            apack = fresh("apack")
+            if pack_a:
+                line(inner, f"float {apack}[{knobs.mc * knobs.kc}] __attribute__((aligned(64)));")
+            line(inner, f"for (long {pc} = 0; {pc} < {s.k}; {pc} += {knobs.kc}) {{")
+            line(inner + 1, f"const long {kc} = {s.k} - {pc} < {knobs.kc} ? {s.k} - {pc} : "
+                            f"{knobs.kc};")
+            if pack_a:
+                # A's block, MR-row strips of kc steps each: the micro-kernel reads it in order
+                line(inner + 1, f"for (long r = {i_lo}; r < {i_hi}; ++r) {{")
+                line(inner + 2, f"float *strip = {apack} + ((r - {i_lo}) / {mr}) * {kc} * {mr} + "
+                                f"(r - {i_lo}) % {mr};")
+                line(inner + 2, f"const float *from = {em._buffer(s.a)} + ({a_base}) + "
+                                f"r * {s.a_rs} + {pc} * {s.a_cs};")
+                line(inner + 2, f"for (long k = 0; k < {kc}; ++k) strip[k * {mr}] = "
+                                f"from[k * {s.a_cs}];")
+                line(inner + 1, "}")
+            line(inner + 1, f"for (long {p} = {p_lo}; {p} < {p_hi}; ++{p}) {{")
+            line(inner + 2, f"const long {j0} = {p} * {nr}, "
+                            f"{cols} = {s.n} - {j0} < {nr} ? {s.n} - {j0} : {nr};")
+            b_row = fresh("b_row")
+            if s.b_direct:
+                full = s.n // nr
+                b_in_place = f"{em._buffer(s.b)} + ({em.exprs.expr(s.b_base)}) + {p} * {nr} + " \
+                    f"{pc} * {s.b_k_dims[0][1]}"
+                packed = f"{b_panels} + ({p} - {full}) * {s.k * nr} + {pc} * {nr}" \
+                    if s.pack is not None else b_in_place
+                line(inner + 2, f"const int in_place = {p} < {full};")
+                line(inner + 2, f"const float *{panel} = in_place ? {b_in_place} : {packed};")
+                line(inner + 2, f"const long {b_row} = in_place ? {s.b_k_dims[0][1]} : {nr};")
+            else:
+                line(inner + 2, f"const float *{panel} = {b_panels} + {p} * {s.k * nr} + "
+                                f"{pc} * {nr};")
+                line(inner + 2, f"const long {b_row} = {nr};")
+            line(inner + 2, f"for (long {i0} = {i_lo}; {i0} < {i_hi}; {i0} += {mr}) {{")
+            body = inner + 3
+            line(body, f"const long {rows} = {i_hi} - {i0} < {mr} ? {i_hi} - {i0} : {mr};")
+            line(body, f"float *{tile} = {em._buffer(s.out)} + ({out_base}) + {i0} * {s.out_rs} "
+                       f"+ {j0};")
+            if s.a_packed:  # strips packed at compile time (i0 is a multiple of MR)
+                a_tile = f"{em._buffer(s.a)} + ({i0} / {mr}) * {s.k * mr} + {pc} * {mr}"
+                a_rs, a_cs = 1, mr
+            elif pack_a:
+                a_tile, a_rs, a_cs = f"{apack} + (({i0} - {i_lo}) / {mr}) * {kc} * {mr}", 1, mr
+            else:
+                a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"
+                a_rs, a_cs = s.a_rs, s.a_cs
+            # (``accumulate`` stays a run-time flag: one inlined copy per flag value doubled the
+            # code of every GEMM and made ResNet-18's convolutions slower, 34 -> 44 ms)
+            strides = "" if shared else f"{a_rs}, {a_cs}, "
+            call = (f"({kc}, {a_tile}, {strides}{panel}, {b_row}, {tile}, {s.out_rs}, "
+                    f"{pc} != 0, {cols});")
+            if narrow is None:
+                _emit_micro_call(em, body, kernels, rows, call)
+            else:
+                line(body, f"if ({p} < {panels - 1}) {{")
+                _emit_micro_call(em, body + 1, kernels, rows, call)
+                line(body, "} else {")
+                _emit_micro_call(em, body + 1, narrow, rows, call)
+                line(body, "}")
+            if s.finish is not None:
+                line(body, f"if ({pc} + {kc} == {s.k}) {{")
+                _emit_epilogue(em, s, body + 1, {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
+                line(body, "}")
+            for level in range(inner + 2, inner - 1, -1):
+                line(level, "}")
+
+    _task_loop(em, depth, tasks, task, task_body, parallel)
 
 
 def _emit_micro_call(em: "_KernelEmitter", depth: int, kernels: dict[int, str], rows: str,
@@ -370,14 +367,28 @@ def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int, copies: int = 1) -> No
     count = panels - first
     t, bt, p, q, kk, j, rest, offsets, src, dst = (fresh(n) for n in (
         "t", "bt", "p", "q", "kk", "j", "rest", "joff", "src", "dst"))
-    if copies * count * s.k * nr >= PARALLEL_WORK:
-        em.lines.extend(_OMP_FOR)
-    line(depth, f"for (long {t} = 0; {t} < {copies * count}; ++{t}) {{")
-    line(depth + 1, f"const long {bt} = {t} / {count}, {p} = {first} + {t} % {count};")
-    line(depth + 1, f"(void){bt};")
-    with _batch_bindings(em, s if copies > 1 else None, bt, depth + 1):
-        _emit_pack_panel(em, s, depth + 1, p, bt, first, (q, kk, j, rest, offsets, src, dst))
-    line(depth, "}")
+
+    def panel_body(inner: int) -> None:
+        line(inner, f"const long {bt} = {t} / {count}, {p} = {first} + {t} % {count};")
+        line(inner, f"(void){bt};")
+        with _batch_bindings(em, s if copies > 1 else None, bt, inner):
+            _emit_pack_panel(em, s, inner, p, bt, first, (q, kk, j, rest, offsets, src, dst))
+
+    _task_loop(em, depth, copies * count, t, panel_body,
+               copies * count * s.k * nr >= PARALLEL_WORK)
+
+
+def _task_loop(em: "_KernelEmitter", depth: int, count: int, index: str,
+               body: Callable[[int], None], parallel: bool) -> None:
+    """``for index in 0 .. count: body``, on the thread pool when ``parallel``: one task (a
+    block of the product, or a panel to pack) per chunk, so that a late or preempted
+    thread holds back at most the one task it took."""
+    if parallel:
+        em.parallel(depth, str(count), index, body, chunk=1)
+        return
+    em.line(depth, f"for (long {index} = 0; {index} < {count}; ++{index}) {{")
+    body(depth + 1)
+    em.line(depth, "}")
 
 
 def _emit_pack_panel(em: "_KernelEmitter", s: Gemm, inner: int, p: str, bt: str, first: int,

@@ -27,6 +27,7 @@ import numpy as np
 
 from ember.core.errors import ExecutionError
 from ember.core.target import Target
+from ember.runtime.cpu import available_cpus
 
 FMA_ITERATIONS = 20_000_000
 ROUNDS = 5
@@ -121,10 +122,10 @@ class Peak:
 def measure_peak(threads: int | None = None, *, iterations: int = FMA_ITERATIONS,
                  triad_elements: int = TRIAD_ELEMENTS, rounds: int = ROUNDS) -> Peak:
     """Measure the FMA peak and the triad bandwidth on ``threads`` threads (default: as many
-    as OpenMP gives a compiled model, i.e. every core or $OMP_NUM_THREADS).  Smaller sizes
-    than the defaults are for tests: they measure less well."""
+    as a compiled model uses, the CPUs this process may run on).  Smaller sizes than the
+    defaults are for tests: they measure less well."""
     lib = _library()
-    threads = int(lib.em_peak_threads(threads or 0))
+    threads = int(lib.em_peak_threads(threads or available_cpus()))
     lanes = int(lib.em_peak_lanes())
     return Peak(fma_gflops=_fma_gflops(lib, threads, lanes, iterations, rounds),
                 bandwidth_gbs=_triad_gbs(lib, threads, triad_elements, rounds),
@@ -176,9 +177,12 @@ def _library() -> ctypes.CDLL:
     """The peak kernels, built once per process (and cached on disk by the toolchain)."""
     global _loaded
     if _loaded is None:
-        from ember.toolchain import compile_shared
+        from ember.toolchain import compile_shared, find_compiler, openmp_supported
 
-        path = compile_shared(_SOURCE, Target.native())
+        target = Target.native()
+        # the measurement loops are OpenMP's (compiled models use ember's own pool)
+        openmp = ("-fopenmp",) if openmp_supported(find_compiler(target), target) else ()
+        path = compile_shared(_SOURCE, target, extra_flags=openmp)
         lib = ctypes.CDLL(str(path))
         lib.em_peak_lanes.restype = ctypes.c_int
         lib.em_peak_lanes.argtypes = []

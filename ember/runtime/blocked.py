@@ -35,7 +35,7 @@ from ember.runtime.errors import ExecutionError, InputError, ModelLoadError
 from ember.runtime.files import ArtifactDirectory
 from ember.runtime.manifest import (DIGEST_FIELD, SchemaError, TensorSpec, _int, _keys, _list,
                                     _object, _str, check_header, strict_json, verify_digest)
-from ember.runtime.model import CompiledModel, HostResolver
+from ember.runtime.model import CompiledModel, HostResolver, check_thread_count
 from ember.runtime.profiling import StepTimes
 
 BLOCKS_FILE = "blocks.json"
@@ -126,7 +126,8 @@ class BatchBlockedModel:
     """
 
     def __init__(self, path: str | Path, host_resolver: HostResolver | None = None, *,
-                 expected_digest: str | None = None):
+                 expected_digest: str | None = None, threads: int | None = None):
+        threads = check_thread_count(threads)
         with ArtifactDirectory(path) as directory:
             self.path = directory.root
             where = f"artifact '{self.path}': '{BLOCKS_FILE}'"
@@ -139,7 +140,7 @@ class BatchBlockedModel:
             for size, block_digest in index.blocks:
                 with directory.subdirectory(block_directory(size)) as part:
                     artifact = read_artifact_in(part, block_digest)
-                blocks.append((size, CompiledModel(artifact, host_resolver)))
+                blocks.append((size, CompiledModel(artifact, host_resolver, threads=threads)))
         self.index = index
         self.blocks = blocks
         self.inputs: tuple[TensorSpec, ...] = blocks[0][1].inputs
@@ -168,9 +169,22 @@ class BatchBlockedModel:
     def output_names(self) -> list[str]:
         return [spec.name for spec in self.outputs]
 
-    def set_num_threads(self, count: int) -> None:
+    def set_num_threads(self, count: int | None) -> None:
+        """Threads every block's kernels run on (see ``CompiledModel.set_num_threads``)."""
         for _, model in self.blocks:
             model.set_num_threads(count)
+
+    @property
+    def num_threads(self) -> int:
+        return self.blocks[0][1].num_threads
+
+    def thread_stats(self) -> dict[str, int]:
+        """The thread-pool counters of the blocks' libraries, added up."""
+        total: dict[str, int] = {}
+        for _, model in self.blocks:
+            for key, value in model.thread_stats().items():
+                total[key] = total.get(key, 0) + value
+        return total
 
     def run(self, feeds: Any) -> dict[str, np.ndarray]:
         """Run on a dict name -> array (or a list/tuple in input order); outputs by name."""

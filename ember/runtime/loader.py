@@ -10,7 +10,8 @@ from ember.runtime.model import CompiledModel, HostResolver
 
 
 def load(path: str | Path, host_resolver: HostResolver | None = None, *,
-         expected_digest: str | None = None) -> CompiledModel | BatchBlockedModel:
+         expected_digest: str | None = None,
+         threads: int | None = None) -> CompiledModel | BatchBlockedModel:
     """Load an artifact directory written by ``ember.Module.save``: a model compiled for one
     set of input shapes (:class:`CompiledModel`), or one that runs any batch size in blocks
     (:class:`BatchBlockedModel`, when the directory holds ``blocks.json``).
@@ -18,9 +19,15 @@ def load(path: str | Path, host_resolver: HostResolver | None = None, *,
     ``expected_digest`` (the ``digest`` of a model loaded earlier) refuses any other
     artifact; without it, loading an artifact runs its library's code, so load only artifacts
     from a source you trust.
+
+    ``threads`` is how many threads the kernels run on, the calling thread included
+    (default: the CPUs this process may use: its affinity mask, capped by its cgroup CPU
+    quota); ``model.set_num_threads`` changes it later.  The library owns its threads:
+    no environment variable (``OMP_*`` or other) changes how they wait.
     """
     with ArtifactDirectory(path) as directory:
         blocked = directory.exists(BLOCKS_FILE)
     if blocked:
-        return BatchBlockedModel(path, host_resolver, expected_digest=expected_digest)
-    return CompiledModel(path, host_resolver, expected_digest=expected_digest)
+        return BatchBlockedModel(path, host_resolver, expected_digest=expected_digest,
+                                 threads=threads)
+    return CompiledModel(path, host_resolver, expected_digest=expected_digest, threads=threads)

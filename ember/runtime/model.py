@@ -29,7 +29,7 @@ import numpy as np
 from ember.runtime.artifact import LIBRARY_FILE, WEIGHTS_FILE, Artifact, read_artifact
 from ember.runtime.binding import as_array, bind_call, bind_run, call_result, check_array
 from ember.runtime.dtypes import numpy_dtype
-from ember.runtime.errors import EmberError, ExecutionError, ModelLoadError
+from ember.runtime.errors import EmberError, ExecutionError, InputError, ModelLoadError
 from ember.runtime.library import load_library
 from ember.runtime.manifest import HostNodeEntry, IndexCheck, Manifest, TensorSpec
 from ember.runtime.profiling import StepTimes, check_counts, measure_steps
@@ -57,6 +57,22 @@ def aligned_empty(nbytes: int, zeroed: bool = True) -> np.ndarray:
     return raw[offset:offset + nbytes]
 
 
+# The counters of ``ember_thread_stats``, in its order (ember/codegen/c_threads.py).
+THREAD_STATS = ("parallel_loops", "serial_loops", "worker_chunks", "caller_blocks",
+                "worker_sleeps", "threads_started")
+
+
+def check_thread_count(count: int | None, allow_zero: bool = False) -> int | None:
+    """``count`` as a thread count (None: the default), or an InputError saying why not."""
+    if count is None:
+        return None
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or \
+            count < (0 if allow_zero else 1) or count > 1024:
+        raise InputError(f"threads must be a whole number from 1 to 1024 (or None for the "
+                         f"CPUs this process may use), not {count!r}")
+    return int(count)
+
+
 class CompiledModel:
     """A loaded artifact, callable on numpy arrays.  Thread-safe (one run at a time).
 
@@ -66,9 +82,11 @@ class CompiledModel:
     """
 
     def __init__(self, path: str | Path | Artifact, host_resolver: HostResolver | None = None,
-                 *, expected_digest: str | None = None):
+                 *, expected_digest: str | None = None, threads: int | None = None):
         """Load the artifact directory ``path``, or an :class:`Artifact` already checked in
-        memory (``ember.runtime.artifact.artifact_from_memory``)."""
+        memory (``ember.runtime.artifact.artifact_from_memory``).  ``threads``: as
+        :meth:`set_num_threads` (default: the CPUs this process may use)."""
+        threads = check_thread_count(threads)
         if isinstance(path, Artifact):
             if expected_digest is not None and path.manifest.digest != expected_digest.lower():
                 raise ModelLoadError(f"artifact '{path.root}' is not the expected one: its "
@@ -85,6 +103,8 @@ class CompiledModel:
         for check in self.manifest.checks:
             self._checks.setdefault(check.node_index, []).append(check)
         self._lock = threading.Lock()
+        self._threads = 0  # ember_set_num_threads's argument: 0 is the library's default
+        self._set_threads: Callable[[int], None] | None = None
         self._steps: int | None = None  # from the signature; None: cannot be profiled
         self._lib = self._load_library(artifact)
         self._weights = self._load_weights(artifact)
@@ -98,6 +118,8 @@ class CompiledModel:
         self._input_dtypes = {spec.name: numpy_dtype(spec.dtype) for spec in self.inputs}
         self._host_error: BaseException | None = None
         self._host_callback = HOST_FN(self._on_host_call)
+        if threads is not None:
+            self.set_num_threads(threads)
 
     @property
     def digest(self) -> str:
@@ -158,6 +180,12 @@ class CompiledModel:
         self._input_alignment = signature.input_alignment
         if hasattr(lib, "ember_set_num_threads"):
             lib.ember_set_num_threads.argtypes = [ctypes.c_int32]
+            lib.ember_get_num_threads.restype = ctypes.c_int32
+            lib.ember_get_num_threads.argtypes = []
+            self._set_threads = lib.ember_set_num_threads
+        if hasattr(lib, "ember_thread_stats"):
+            lib.ember_thread_stats.restype = ctypes.c_int32
+            lib.ember_thread_stats.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
         return lib
 
     def _load_weights(self, artifact: Artifact) -> np.ndarray:
@@ -213,11 +241,36 @@ class CompiledModel:
         return resolved
 
     # ------------------------------------------------------------------ running
-    def set_num_threads(self, count: int) -> None:
-        """Threads the compiled kernels may use (default: all cores).  The setting belongs to
-        the library, which models loaded from identical library bytes share."""
-        if hasattr(self._lib, "ember_set_num_threads"):
-            self._lib.ember_set_num_threads(int(count))
+    def set_num_threads(self, count: int | None) -> None:
+        """Threads the compiled kernels run on, the calling thread included (``None`` or 0:
+        the default, the CPUs this process may use -- its affinity mask, capped by its
+        cgroup CPU quota).  Takes effect at the next call.  Models loaded from identical
+        library bytes share the library; each call sets its own model's count on it."""
+        count = check_thread_count(count, allow_zero=True)
+        with self._lock:
+            self._threads = int(count or 0)
+            if self._set_threads is not None:
+                self._set_threads(self._threads)
+
+    @property
+    def num_threads(self) -> int:
+        """The threads this model's next call will use."""
+        if self._set_threads is None:
+            return 1
+        with self._lock:
+            self._set_threads(self._threads)
+            return int(self._lib.ember_get_num_threads())
+
+    def thread_stats(self) -> dict[str, int]:
+        """The library's thread-pool counters since it loaded (``ember_thread_stats``):
+        loops run in parallel and serially, chunks run by workers, times the calling thread
+        blocked waiting for a worker's chunk, times a worker went to sleep, threads started.
+        Empty for a library of an ember from before the pool."""
+        if not hasattr(self._lib, "ember_thread_stats"):
+            return {}
+        values = (ctypes.c_int64 * len(THREAD_STATS))()
+        self._lib.ember_thread_stats(values, len(THREAD_STATS))
+        return dict(zip(THREAD_STATS, (int(v) for v in values)))
 
     def run(self, feeds: Any) -> dict[str, np.ndarray]:
         """Run on a dict name -> array (or a list/tuple in input order); outputs by name."""
@@ -268,6 +321,8 @@ class CompiledModel:
         out_ptrs = self._output_pointers(*[o.ctypes.data for o in outputs])
         with self._lock:
             self._host_error = None
+            if self._set_threads is not None:  # this model's count, whoever shares the library
+                self._set_threads(self._threads)
             status = entry(in_ptrs, out_ptrs, self._weights_address, self._workspace_address,
                            self._host_callback, None, *extra)
             error, self._host_error = self._host_error, None

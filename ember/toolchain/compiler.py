@@ -163,9 +163,8 @@ def compile_flags(compiler: Compiler, target: Target, opt_level: int = 3,
     if target.arch == "wasm32":
         flags += ["-nostartfiles", "-Wl,--no-entry", "-Wl,--export-dynamic"]
     else:
-        flags += ["-fPIC", "-shared"]
-        if openmp_supported(compiler, target):
-            flags.append("-fopenmp")
+        # parallel loops run on the library's own pthreads pool (ember/codegen/c_threads.py)
+        flags += ["-fPIC", "-shared", "-pthread"]
     if sanitize:
         flags += SANITIZE_FLAGS
     return flags + list(extra_flags)
@@ -246,7 +245,9 @@ def run_compiler(compiler: Compiler, flags: Sequence[str], inputs: Sequence[Path
 
 
 def openmp_supported(compiler: Compiler, target: Target) -> bool:
-    """Whether ``compiler`` compiles and links ``-fopenmp`` shared libraries (probed once)."""
+    """Whether ``compiler`` compiles and links ``-fopenmp`` shared libraries (probed once).
+    Compiled models do not use OpenMP (they own their threads); measurement programs such
+    as ``ember.profile.peak`` do."""
     return _probe_openmp(compiler, tuple(compiler.target_flags(target)))
 
 

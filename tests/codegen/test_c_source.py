@@ -34,7 +34,11 @@ def test_kernel_shape():
     source = generate(case_row_sum(64).func, case_vector_tail(64).func, case_mixed_nodes(64).func)
     assert "static void row_sum(const float* restrict x, float* restrict out)" in source
     assert "x = __builtin_assume_aligned(x, 64);" in source
-    assert "#pragma omp parallel for schedule(static)" in source
+    # the PARALLEL loop's body is outlined and handed to ember's thread pool
+    assert "static void em_par0_row_sum(void *em_context, int64_t em_begin, int64_t em_end)" \
+        in source
+    assert "em_parallel_for(em_par0_row_sum, &em_par0, " in source
+    assert "pragma omp" not in source
     assert "#pragma GCC unroll 48" in source
     assert "float acc[16] __attribute__((aligned(64)));" in source
     assert "typedef float em_f32x16 __attribute__((vector_size(64)));" in source

@@ -19,7 +19,7 @@ from ember.core.errors import EmberError
 from ember.core.target import Target
 from ember.ir.loop import Buffer, For, ForKind, Load, PrimFunc, Store, Var, const
 from ember.toolchain import (CompileCache, ToolchainError, compile_flags, compile_shared,
-                             find_compiler, openmp_supported, stats)
+                             find_compiler, stats)
 from ember.toolchain.cache import default_cache_dir
 
 
@@ -54,7 +54,8 @@ def test_flags_are_fast_but_ieee(monkeypatch):
     flags = compile_flags(compiler, Target.native())
     assert {"-O3", "-std=c11", "-fPIC", "-shared", "-march=native"} <= set(flags)
     assert "-ffast-math" not in flags and "-ffp-contract=fast" in flags
-    assert ("-fopenmp" in flags) == openmp_supported(compiler, Target.native())
+    # compiled models run on their own pthreads pool, not OpenMP's (c_threads.py)
+    assert "-pthread" in flags and "-fopenmp" not in flags
     avx2 = compile_flags(compiler, Target.parse("x86_64-avx2"), sanitize=True)
     assert "-march=x86-64-v3" in avx2 and "-fsanitize=address,undefined" in avx2
     if Target.native().arch == "x86_64" and compiler.family == "gcc":
@@ -201,18 +202,17 @@ def test_odd_kernel_names_get_safe_symbols(cache):
 
 
 def test_thread_count_controls_parallel_loops(cases_lib, cache):
-    """ember_set/get_num_threads with OpenMP, and a serial build without it."""
+    """ember_set/get_num_threads on the pool, and a serial build without threads."""
     lib = cases_lib
     lib.ember_set_num_threads(3)
-    omp = openmp_supported(find_compiler(Target.native()), Target.native())
-    assert lib.ember_get_num_threads() == (3 if omp else 1)
+    assert lib.ember_get_num_threads() == 3
     run_case(lib, case_row_sum(64))
     lib.ember_set_num_threads(0)
     assert lib.ember_get_num_threads() >= 1
     case = case_row_sum(64)
     serial = compile_shared(generate_c(CModule([case.func], Target.native(),
                                                exports=["row_sum"])),
-                            Target.native(), extra_flags=["-fno-openmp"], cache=cache)
+                            Target.native(), extra_flags=["-DEMBER_NO_THREADS"], cache=cache)
     serial_lib = ctypes.CDLL(str(serial))
     serial_lib.ember_set_num_threads(4)
     assert serial_lib.ember_get_num_threads() == 1
