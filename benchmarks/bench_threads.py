@@ -13,9 +13,11 @@ Each contender runs in a process of its own, started with the environment a user
 ``OMP_*`` variable set (the ``--policies`` rows add ``OMP_WAIT_POLICY`` to ember's process
 alone, to show that ember's latency does not depend on it).  ember runs the saved artifact
 through the numpy-only runtime (``ember.runtime.load(path, threads=N)``), ONNX Runtime a
-session with ``intra_op_num_threads=N``.  The contenders are interleaved: each takes a block
-of ``--block`` calls in turn until every one has ``--calls`` timed calls, so the drift of a
-shared machine hits them alike.  The table gives each one's median and 99th-percentile call
+session with ``intra_op_num_threads=N`` (its defaults otherwise, spinning included).  The
+contenders are interleaved: each takes a block of ``--block`` calls in turn, ``--pause``
+seconds after the last block ended (so that the workers of the one before have stopped
+spinning), until every one has ``--calls`` timed calls; the drift of a shared machine hits
+them alike.  The table gives each one's median and 99th-percentile call
 latency, ember's median over ONNX Runtime's, and each one's slowdown from idle to busy.
 """
 
@@ -146,8 +148,11 @@ def _busy_loop() -> subprocess.Popen:
 
 
 def _time_interleaved(contenders: list[Contender], threads: int, calls: int,
-                      block: int) -> None:
-    """Time ``contenders`` in turns of ``block`` calls until each has ``calls`` samples."""
+                      block: int, pause: float) -> None:
+    """Time ``contenders`` in turns of ``block`` calls until each has ``calls`` samples,
+    ``pause`` seconds apart: a runtime's idle workers may spin for a while after its last
+    call (ONNX Runtime's do, by default), and the next contender's block must not start
+    while they hold a core."""
     for contender in contenders:
         contender.start(threads)
     try:
@@ -156,6 +161,7 @@ def _time_interleaved(contenders: list[Contender], threads: int, calls: int,
             for contender in order:
                 left = calls - len(contender.samples)
                 if left > 0:
+                    time.sleep(pause)
                     contender.run(min(block, left))
             order.append(order.pop(0))  # rotate who goes first
     finally:
@@ -177,6 +183,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--calls", type=int, default=1000, help="timed calls per contender")
     parser.add_argument("--block", type=int, default=50, help="calls per interleaved block")
+    parser.add_argument("--pause", type=float, default=0.5,
+                        help="seconds between two blocks (default 0.5), so that no "
+                             "contender's idle workers still spin when the next one starts")
     parser.add_argument("--json", type=Path, help="write every contender's figures here")
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -207,17 +216,14 @@ def main() -> int:
                 for model in args.models:
                     onnx_path, manifest = prepared[model]
                     env = _user_environment()
-                    # A process with OMP_WAIT_POLICY=ACTIVE spins while it waits for its next
-                    # block and would slow the others: each policy row is timed alone.
-                    groups = [[Contender("ember", "ember", manifest.parent, env),
-                               Contender("onnxruntime", "ort", onnx_path, env)]]
-                    for policy in args.policies:
-                        groups.append([Contender(f"ember, OMP_WAIT_POLICY={policy}", "ember",
-                                                 manifest.parent,
-                                                 env | {"OMP_WAIT_POLICY": policy})])
-                    contenders = [c for group in groups for c in group]
-                    for group in groups:
-                        _time_interleaved(group, args.threads, args.calls, args.block)
+                    contenders = [Contender("ember", "ember", manifest.parent, env),
+                                  Contender("onnxruntime", "ort", onnx_path, env)]
+                    for policy in args.policies:  # ember reads no OMP variable: all interleaved
+                        contenders.append(Contender(f"ember, OMP_WAIT_POLICY={policy}", "ember",
+                                                    manifest.parent,
+                                                    env | {"OMP_WAIT_POLICY": policy}))
+                    _time_interleaved(contenders, args.threads, args.calls, args.block,
+                                      args.pause)
                     for contender in contenders:
                         rows.append({"load": load, "model": model, "batch": MODELS[model],
                                      "contender": contender.label,

@@ -15,10 +15,15 @@ has the measurements):
   worker that starts late (preempted, or still waking) simply claims nothing, and the caller
   waits only for chunks that were claimed and are still running -- never for a thread that
   has not shown up.  Workers end a loop without any barrier among themselves.
-* **Spin, then block.**  A worker that finds no work spins for a bounded time (so the next
-  kernel of the same call finds it awake), then sleeps on a condition variable; the caller
-  waiting for a straggler's chunk spins briefly, then sleeps too, which frees its core for
-  the straggler.  After a longer idle time a worker exits; the next loop starts it again.
+* **Spin, yield, then block.**  A worker that finds no work spins for a bounded time (so
+  the next kernel of the same call finds it awake): 20 us of ``pause``, then up to 200 us
+  calling ``sched_yield`` between checks, so that a spinning worker never holds a core that
+  the caller (or anyone else) could use -- on a busy machine it often shares one with the
+  caller, and a plain spin there made two threads slower than one -- then it sleeps on a
+  condition variable.  The caller waiting for a straggler's chunk spins briefly, then
+  sleeps too, which frees its core for the straggler.  After a longer idle time (10 s) a
+  worker exits; the next loop starts it again.  The durations are macros
+  (``EM_WORKER_SPIN_NS``, ``EM_PAUSE_SPIN_NS``, ``EM_CALLER_SPIN_NS``) a build may set.
 * **Never more runnable threads than asked.**  ``threads`` counts the caller: ``n`` threads
   are the caller and ``n - 1`` workers.  The default is the CPUs this process may run on
   (``sched_getaffinity``) capped by the cgroup CPU quota, read when the first loop runs; a

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -166,6 +167,24 @@ def _weight_positions(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -
     return positions
 
 
+# Builds one graph keeps for different sets of weights (the least recently used goes first).
+MAX_WEIGHT_VARIANTS = 64
+
+
+@dataclass
+class _WeightVariant:
+    """A build of the graph for one set of weight tensors, at the versions it was built at."""
+
+    weights: list[torch.Tensor]
+    versions: list[int]
+    module: torch.fx.GraphModule
+
+    def holds(self, current: list[torch.Tensor]) -> bool:
+        """Whether ``current`` are these very tensors, unmodified since the build."""
+        return all(a is w and a._version == v
+                   for a, w, v in zip(current, self.weights, self.versions))
+
+
 class _CompiledGraph:
     """The callable AOT autograd runs: the partitioned graph, its ember parts compiled."""
 
@@ -178,14 +197,27 @@ class _CompiledGraph:
         self.settings = settings
         self.report = report
         self._lock = threading.Lock()
+        # One build per set of weight tensors: Dynamo compiles the forward of a module class
+        # once and passes each instance's weights as inputs (four blocks of one class behind
+        # graph breaks call this one graph with four sets), so each set keeps its own build
+        # instead of the graph rebuilding at every call.  Keyed by the tensors' identities,
+        # which the entry keeps alive; a tensor modified in place rebuilds its entry.
+        self._variants: OrderedDict[tuple[int, ...], _WeightVariant] = OrderedDict()
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         with unset_fake_temporarily():  # AOT autograd calls us inside its fake-tensor mode
-            self._build(weights)
+            self.module = self._build(weights)
+            self._remember(weights, self.module)
 
-    def _build(self, weights: list[torch.Tensor]) -> None:
-        self.weights = list(weights)
-        self.versions = [w._version for w in weights]
+    def _remember(self, weights: list[torch.Tensor], module: torch.fx.GraphModule) -> None:
+        key = tuple(id(w) for w in weights)
+        self._variants[key] = _WeightVariant(list(weights), [w._version for w in weights],
+                                             module)
+        self._variants.move_to_end(key)
+        while len(self._variants) > MAX_WEIGHT_VARIANTS:
+            self._variants.popitem(last=False)
+
+    def _build(self, weights: list[torch.Tensor]) -> torch.fx.GraphModule:
         frozen = dict(zip(self.weight_names, (w.detach() for w in weights)))
         split = partition(_copy_of(self.aten), frozen)  # partitioning rewrites its graph
         report = self.report
@@ -209,25 +241,30 @@ class _CompiledGraph:
                                       self.settings, f"graph {report.index} part {call.target}")
                 setattr(module, call.target, kernel)
         module.recompile()
-        self.module = module
         for fallback in split.fallbacks:
             LOG.info("ember: graph %d: %s (%s) runs in PyTorch: %s", report.index,
                      fallback.op, fallback.node, fallback.reason)
         _announce(report)
+        return module
 
     def __call__(self, *args: Any) -> Any:
         args = args[0] if len(args) == 1 and isinstance(args[0], list) else args
-        if self.weight_positions:
-            current = [args[i] for i in self.weight_positions]
-            if any(a is not w or a._version != v
-                   for a, w, v in zip(current, self.weights, self.versions)):
-                with self._lock:
-                    reason = "the weights changed since compilation (other tensors, or " \
-                             "modified in place)"
-                    LOG.info("ember: graph %d recompiles: %s", self.report.index, reason)
+        if not self.weight_positions:
+            return self.module(*args)
+        current = [args[i] for i in self.weight_positions]
+        key = tuple(id(a) for a in current)
+        variant = self._variants.get(key)
+        if variant is None or not variant.holds(current):
+            with self._lock:
+                variant = self._variants.get(key)
+                if variant is None or not variant.holds(current):
+                    reason = "weights modified in place since compilation" if variant \
+                        else "another set of weight tensors (another module of the class)"
+                    LOG.info("ember: graph %d compiles again: %s", self.report.index, reason)
                     self.report.recompiles.append(reason)
-                    self._build(current)
-        return self.module(*args)
+                    self._remember(current, self._build(current))
+                    variant = self._variants[key]
+        return variant.module(*args)
 
 
 class _EmberKernel(torch.nn.Module):

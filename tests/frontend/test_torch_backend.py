@@ -158,6 +158,53 @@ def test_weights_changed_in_place_are_picked_up() -> None:
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
 
 
+class _Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x) + x)
+
+
+class _BlocksBehindBreaks(nn.Module):
+    """Three modules of one class, a graph break after each: Dynamo compiles the block's
+    forward once and calls that one graph with each block's weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_Residual() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+            torch._dynamo.graph_break()
+        return x
+
+
+def test_modules_of_one_class_keep_a_build_each() -> None:
+    torch.manual_seed(0)
+    model = _BlocksBehindBreaks().eval()
+    compiled = torch.compile(model, backend="ember")
+    x = torch.randn(2, 8, 6, 6)
+    start = len(REPORTS)
+
+    def builds() -> int:
+        return sum(len(report.recompiles) for report in REPORTS.since(start))
+
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+        first = builds()
+        assert first <= 2, [r.recompiles for r in REPORTS.since(start)]  # blocks 2, 3: once
+        for _ in range(3):  # warm: no block compiles again
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+        assert builds() == first
+        model.blocks[1].conv.weight.mul_(0.5)  # in place: that block's build is redone
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+        assert builds() == first + 1
+
+
 def test_aot_compile_of_a_module_with_dynamic_batch(tmp_path) -> None:
     """The module serves every batch size, and so does its saved artifact (in blocks)."""
     model = _Block().eval()
