@@ -371,6 +371,9 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--mode", choices=("reference", "compiled"), default="reference",
                         help="for a model file: run ember's numpy references (default) or "
                              "compile it first")
+    parser.add_argument("--threads", type=_positive_int, metavar="N",
+                        help="threads of the compiled kernels, for --mode compiled or an "
+                             "artifact (default: the CPUs this process may use)")
     _add_memory_limit_option(parser)
     parser.set_defaults(handler=_run)
 
@@ -393,7 +396,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         from ember.api import compile as compile_model
 
         module = compile_model(graph, input_shapes={n: np.shape(v) for n, v in feeds.items()},
-                               memory_limit=args.memory_limit)
+                               memory_limit=args.memory_limit, threads=args.threads)
         outputs = module.run(feeds)
         console.print(module.report())
     else:
@@ -535,7 +538,7 @@ def _run_artifact(args: argparse.Namespace, console: Console) -> int:
     from ember.api import load as load_artifact
     from ember.runtime.dtypes import numpy_dtype
 
-    model = load_artifact(args.model)
+    model = load_artifact(args.model, threads=args.threads)
     feeds = {name: _load_npy(name, path) for name, path in args.input}
     rng = np.random.default_rng(args.seed)
     sources = {name: "file" for name in feeds}

@@ -20,8 +20,8 @@ has the measurements):
   calling ``sched_yield`` between checks, so that a spinning worker never holds a core that
   the caller (or anyone else) could use -- on a busy machine it often shares one with the
   caller, and a plain spin there made two threads slower than one -- then it sleeps on a
-  condition variable.  The caller waiting for a straggler's chunk spins briefly, then
-  sleeps too, which frees its core for the straggler.  After a longer idle time (10 s) a
+  condition variable.  The caller waiting for a straggler's chunk spins the same way, then
+  sleeps too, which frees its core for a straggler that was preempted.  After a longer idle time (10 s) a
   worker exits; the next loop starts it again.  The durations are macros
   (``EM_WORKER_SPIN_NS``, ``EM_PAUSE_SPIN_NS``, ``EM_CALLER_SPIN_NS``) a build may set.
 * **Never more runnable threads than asked.**  ``threads`` counts the caller: ``n`` threads
@@ -117,7 +117,7 @@ EMBER_EXPORT void ember_set_num_threads(int n) {
 #define EM_PAUSE_SPIN_NS 20000LL
 #endif
 #ifndef EM_CALLER_SPIN_NS
-#define EM_CALLER_SPIN_NS 30000LL
+#define EM_CALLER_SPIN_NS 200000LL
 #endif
 #define EM_IDLE_EXIT_S 10
 
@@ -415,13 +415,19 @@ __attribute__((destructor)) static void em_stop_workers(void) {
 
 /* ---- the caller ---- */
 
-/* Wait until every chunk of the loop is done: spin a while, then sleep (which frees this
-   core for a worker that was preempted in the middle of its chunk). */
+/* Wait until every chunk of the loop is done: spin a while (yielding, past the first
+   microseconds, to a worker that shares this core), then sleep, which frees this core for a
+   worker that was preempted in the middle of its chunk. */
 static void em_wait_done(int64_t chunks) {
-  const int64_t spin_until = em_now_ns() + EM_CALLER_SPIN_NS;
+  const int64_t start = em_now_ns();
   for (int i = 0; atomic_load_explicit(&em_pool.done, memory_order_acquire) != chunks; ++i) {
-    em_cpu_relax();
-    if ((i & 63) == 63 && em_now_ns() > spin_until) {
+    if ((i & 63) != 63) {
+      em_cpu_relax();
+      continue;
+    }
+    const int64_t waited = em_now_ns() - start;
+    if (waited > EM_PAUSE_SPIN_NS) sched_yield();
+    if (waited > EM_CALLER_SPIN_NS) {
       pthread_mutex_lock(&em_pool.lock);
       atomic_store(&em_pool.caller_sleeping, 1);
       em_count(3);
