@@ -184,8 +184,8 @@ def main() -> int:
             table.add_row(load, name, f"{medians[name]:.3f}",
                           f"{ordered[int(0.99 * (len(ordered) - 1))] * 1e3:.3f}")
         parts_sum = medians["ember parts"] + medians["torch parts"]
-        table.add_row(load, "mixed / (ember parts + torch parts)", f"{medians['mixed'] / parts_sum:.2f}",
-                      "")
+        table.add_row(load, "mixed / (ember parts + torch parts)",
+                      f"{medians['mixed'] / parts_sum:.2f}", "")
     console.print(table)
     return 0
 

@@ -693,7 +693,8 @@ def _add_profile(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--warmup", type=_non_negative_int, default=3, metavar="N",
                         help="untimed runs first (default: %(default)s)")
     parser.add_argument("--threads", type=_positive_int, metavar="N",
-                        help="threads of the kernels and of the peak (default: every core)")
+                        help="threads of the kernels and of the peak (default: the CPUs "
+                             "this process may use)")
     parser.add_argument("--peak", action="store_true",
                         help="measure the fp32 FMA peak and the memory bandwidth now and "
                              "show each kernel's share of them (a few seconds)")

@@ -27,8 +27,8 @@ The C ABI of a generated module:
 * global buffers are assumed aligned to ``Buffer.align`` bytes (``__builtin_assume_aligned``),
   except the parameters listed by the PrimFunc attr ``("element_aligned", (positions...))``,
   which may sit at any address their element type allows (a model's inputs: a caller's array
-  is used where it lies, not copied to an aligned one); distinct buffer parameters must not overlap (``restrict``; a PrimFunc attr
-  ``("noalias", False)`` drops it);
+  is used where it lies, not copied to an aligned one); distinct buffer parameters must not
+  overlap (``restrict``; a PrimFunc attr ``("noalias", False)`` drops it);
 * exported ``void ember_set_num_threads(int n)`` (n <= 0: the CPUs the process may use),
   ``int ember_get_num_threads(void)`` and ``int ember_thread_stats(int64_t *out, int n)``
   control and count PARALLEL loops, which run on ember's own thread pool (see

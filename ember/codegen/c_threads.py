@@ -21,8 +21,8 @@ has the measurements):
   the caller (or anyone else) could use -- on a busy machine it often shares one with the
   caller, and a plain spin there made two threads slower than one -- then it sleeps on a
   condition variable.  The caller waiting for a straggler's chunk spins the same way, then
-  sleeps too, which frees its core for a straggler that was preempted.  After a longer idle time (10 s) a
-  worker exits; the next loop starts it again.  The durations are macros
+  sleeps too, which frees its core for a straggler that was preempted.  After a longer idle
+  time (10 s) a worker exits; the next loop starts it again.  The durations are macros
   (``EM_WORKER_SPIN_NS``, ``EM_PAUSE_SPIN_NS``, ``EM_CALLER_SPIN_NS``) a build may set.
 * **Never more runnable threads than asked.**  ``threads`` counts the caller: ``n`` threads
   are the caller and ``n - 1`` workers.  The default is the CPUs this process may run on

@@ -43,7 +43,7 @@ DRIVER = textwrap.dedent("""
       nested(inputs, out);
       for (int i = 0; i < ROWS * COLS; ++i)
         if (out[i] != inputs[i] * 2.0f + 1.0f) {
-          fprintf(stderr, "element %%d is %%g, expected %%g\\n", i, out[i], inputs[i] * 2.0f + 1.0f);
+          fprintf(stderr, "element %%d is %%g\\n", i, out[i]);
           return 0;
         }
       return 1;
