@@ -61,7 +61,7 @@ DYNAMIC_BATCH_ENV = "EMBER_DYNAMIC_BATCH"
 
 
 def _as_graph(model: Any, memory_limit: int | None = None, example_inputs: Any = None,
-              dynamic_shapes: Any = None) -> Graph:
+              dynamic_shapes: Any = None, base_dir: str | Path | None = None) -> Graph:
     if isinstance(model, Graph):
         return model
     if _is_torch_module(model):
@@ -77,7 +77,7 @@ def _as_graph(model: Any, memory_limit: int | None = None, example_inputs: Any =
                          "first call")
     from ember.frontend.onnx import import_onnx
 
-    return import_onnx(model, memory_limit=memory_limit)
+    return import_onnx(model, memory_limit=memory_limit, base_dir=base_dir)
 
 
 def _is_torch_module(model: Any) -> bool:
@@ -731,7 +731,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
             opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None,
             sanitize: bool = False, memory_limit: int | str | None = None,
             dynamic_shapes: Any = None, dynamic_batch: bool | None = None,
-            threads: int | None = None) -> Module:
+            threads: int | None = None, base_dir: str | Path | None = None) -> Module:
     """Compile an ONNX model (path, bytes, ModelProto), a ``torch.nn.Module`` or an ember
     Graph to native code.
 
@@ -751,11 +751,14 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     ``threads`` is how many threads the compiled kernels run on, the calling thread included
     (default: the CPUs this process may use); it is a run-time setting, not compiled in
     (``module.set_num_threads`` changes it, and a saved artifact takes its own at load).
+    ``base_dir`` is the directory an ONNX model's external tensor data is read from: by
+    default the model file's own directory; a model given as bytes or a ModelProto with
+    external tensors needs it (nothing is ever read relative to the working directory).
     """
     threads = check_thread_count(threads)
     if memory_limit is not None:
         memory_limit = parse_size(memory_limit)  # a typo fails now, not at the first call
-    graph = _as_graph(model, memory_limit, example_inputs, dynamic_shapes)
+    graph = _as_graph(model, memory_limit, example_inputs, dynamic_shapes, base_dir)
     resolved = target if isinstance(target, Target) else Target.parse(target)
     options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
                            memory_limit=memory_limit)

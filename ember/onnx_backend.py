@@ -64,19 +64,21 @@ class EmberBackend(Backend):
     @classmethod
     def is_compatible(cls, model: Any, device: str = "CPU", **kwargs: Any) -> bool:
         try:
-            import_onnx(model)
+            import_onnx(model, base_dir=kwargs.get("base_dir"))
             return True
         except EmberError:
             return False
 
     @classmethod
     def prepare(cls, model: Any, device: str = "CPU", mode: str = DEFAULT_MODE,
-                opt_level: int = 2, **kwargs: Any) -> EmberRep:
+                opt_level: int = 2, base_dir: str | None = None, **kwargs: Any) -> EmberRep:
+        """``base_dir``: the directory a model given as bytes or a ModelProto reads its
+        external tensor data from (a model file reads it from its own directory)."""
         if not cls.supports_device(device):
             raise EmberError(f"device '{device}' is not supported; ember runs on CPU")
         if mode not in MODES:
             raise EmberError(f"unknown mode '{mode}'; choose one of {MODES}")
-        graph = import_onnx(load_onnx_model(model))
+        graph = import_onnx(load_onnx_model(model, base_dir))
         return EmberRep(graph, mode, opt_level)
 
     @classmethod

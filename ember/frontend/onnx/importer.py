@@ -25,6 +25,8 @@ from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dims import sym
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError, ModelLoadError, ShapeError, UnsupportedOpError
+from ember.frontend.onnx.external_data import (has_external_data, load_external_data,
+                                               refuse_unloaded_external)
 from ember.frontend.onnx.sequences import split_sequences_to_tensors
 from ember.frontend.onnx.table import ember_op_name, upgrades_for
 from ember.frontend.onnx.validate import (canonical_domain, check_dims, check_opsets,
@@ -48,14 +50,25 @@ _DECLINED_REASONS = {
 }
 
 
-def load_onnx_model(model: Any):
-    """Parse ``model`` (path, bytes or ModelProto) into a ModelProto with external data loaded."""
+def load_onnx_model(model: Any, base_dir: str | os.PathLike[str] | None = None,
+                    memory_limit: int | str | None = None):
+    """Parse ``model`` (path, bytes or ModelProto) into a ModelProto with its external data
+    loaded (a proto given with external tensors is copied first, not changed).
+
+    External tensor data is read only from inside one directory (``external_data.py``): the
+    model file's own, or ``base_dir``, which a model given as bytes or as a ModelProto needs
+    if it has external tensors.  ``memory_limit`` bounds the bytes read."""
     import onnx
 
     if isinstance(model, onnx.ModelProto):
         if not model.HasField("graph"):
             raise ModelLoadError("the ONNX model holds no graph")
-        return model
+        if not has_external_data(model):
+            return model
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+        load_external_data(proto, base_dir, "the ONNX model", memory_limit)
+        return proto
     if isinstance(model, (bytes, bytearray)):
         if not model:
             raise ModelLoadError("the bytes given are empty, not an ONNX model")
@@ -65,6 +78,7 @@ def load_onnx_model(model: Any):
             raise ModelLoadError(f"the bytes given are not a valid ONNX model: {error}") from None
         if not proto.HasField("graph"):
             raise ModelLoadError("the bytes given hold no graph: they are not an ONNX model")
+        load_external_data(proto, base_dir, "the ONNX model bytes", memory_limit)
         return proto
     path = Path(os.fspath(model))
     if not path.exists():
@@ -80,23 +94,22 @@ def load_onnx_model(model: Any):
         ) from None
     if not proto.HasField("graph"):
         raise ModelLoadError(f"'{path}' holds no graph: it is empty or not an ONNX model")
-    try:
-        from onnx.external_data_helper import load_external_data_for_model
-
-        load_external_data_for_model(proto, str(path.parent))
-    except Exception as error:
-        raise ModelLoadError(f"'{path}': cannot load its external tensor data: {error}") from None
+    load_external_data(proto, base_dir if base_dir is not None else path.parent,
+                       f"'{path}'", memory_limit)
     return proto
 
 
 def import_onnx(model: Any, *, infer_shapes: bool = True,
-                memory_limit: int | str | None = None) -> Graph:
+                memory_limit: int | str | None = None,
+                base_dir: str | os.PathLike[str] | None = None) -> Graph:
     """Import an ONNX model (path, bytes or ModelProto) as an ember Graph.
 
     ``memory_limit`` (bytes or "8GiB"; default ``ember.core.config.memory_limit()``) bounds
-    the sparse tensors of the file once made dense.
+    the sparse tensors of the file once made dense, and the external data read.
+    ``base_dir`` is the directory external tensor data is read from: by default the model
+    file's own; a model given as bytes or a ModelProto with external tensors needs it.
     """
-    proto = load_onnx_model(model)
+    proto = load_onnx_model(model, base_dir, memory_limit)
     check_text_fields(proto, "model")
     check_opsets(proto.opset_import, "the model")
     for function in proto.functions:
@@ -336,6 +349,7 @@ class _Importer:
         from onnx import numpy_helper
 
         check_dims(tproto.dims, where)
+        refuse_unloaded_external(tproto, where)
         try:
             array = numpy_helper.to_array(tproto)
         except Exception as error:

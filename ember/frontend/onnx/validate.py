@@ -15,6 +15,7 @@ import numpy as np
 
 from ember.core.config import format_size, raise_limit_hint
 from ember.core.errors import MemoryBudgetError, ModelLoadError
+from ember.frontend.onnx.external_data import refuse_unloaded_external
 from ember.ir.graph import Graph, Node
 from ember.ir.types import OptionalType, SequenceType, TensorType
 
@@ -140,6 +141,8 @@ def sparse_to_array(sparse: Any, where: str, memory_limit: int) -> np.ndarray:
 
     shape = tuple(int(d) for d in sparse.dims)
     check_dims(shape, where)
+    refuse_unloaded_external(sparse.values, where)
+    refuse_unloaded_external(sparse.indices, where)
     try:
         values = numpy_helper.to_array(sparse.values)
         indices = numpy_helper.to_array(sparse.indices) if sparse.HasField("indices") else \
