@@ -7,8 +7,8 @@ validated with the runtime's own schema before it is written and sealed with its
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-
 import hashlib
 import json
 import os
@@ -161,23 +161,105 @@ def _write_packed(packed: PackedArtifact, directory: Path) -> None:
 
 
 def _write_in_place(path: Path, write: Callable[[Path], None]) -> Path:
-    """Have ``write`` fill a fresh directory beside ``path``, then rename it to ``path``
-    (replacing an artifact there, and nothing else): a failure leaves no half-written
-    artifact behind."""
+    """Have ``write`` fill a fresh directory beside ``path``, then rename it to ``path``: a
+    failure leaves no half-written artifact behind.
+
+    Saving never deletes what ember did not write.  An existing ``path`` is replaced only
+    when it is an empty directory or an ember artifact made of ember's files alone (its
+    manifest or block index, library, weights, fallback nodes and block directories); a
+    file, a symbolic link, or a directory holding anything else is refused, naming what is
+    in the way.  The old artifact is renamed aside before the new one takes its place, and
+    then only ember's own files are removed from it."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    _check_replaceable(path)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    old: Path | None = None
     try:
         write(staging)
-        if path.exists():
-            if not ((path / MANIFEST_FILE).exists() or (path / BLOCKS_FILE).exists()):
-                raise FileExistsError(f"'{path}' exists and is not an ember artifact; "
-                                      f"not overwriting it")
-            shutil.rmtree(path)
+        if os.path.lexists(path):
+            _check_replaceable(path)  # again: it may have changed while writing
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
+            os.replace(path, old)  # an empty directory is replaced by a rename
         os.replace(staging, path)
     except BaseException:
+        if old is not None and not os.path.lexists(path):
+            os.replace(old, path)  # put the old artifact back
+            old = None
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        if old is not None:
+            _remove_ember_files(old)
     return path
+
+
+_ARTIFACT_FILES = frozenset({MANIFEST_FILE, LIBRARY_FILE, WEIGHTS_FILE, HOST_NODES_FILE})
+
+
+def _foreign_entries(directory: Path) -> list[str]:
+    """The entries of ``directory`` that are not an artifact's own (relative names)."""
+    foreign = []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        name = entry.name
+        if entry.is_symlink():
+            foreign.append(name)
+        elif entry.is_dir():
+            is_block = name[:1] == "b" and name[1:].isdigit() and \
+                block_directory(int(name[1:])) == name
+            if not is_block:
+                foreign.append(name + "/")
+                continue
+            for inner in sorted(os.scandir(entry.path), key=lambda e: e.name):
+                if inner.name not in _ARTIFACT_FILES or not inner.is_file(follow_symlinks=False):
+                    foreign.append(f"{name}/{inner.name}")
+        elif not entry.is_file(follow_symlinks=False) or \
+                name not in _ARTIFACT_FILES | {BLOCKS_FILE}:
+            foreign.append(name)
+    return foreign
+
+
+def _check_replaceable(path: Path) -> None:
+    """Refuse a ``path`` that exists and is not an empty directory or an ember artifact of
+    ember's files only."""
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink():
+        raise FileExistsError(f"'{path}' is a symbolic link; not saving through it (choose "
+                              f"another path)")
+    if not path.is_dir():
+        raise FileExistsError(f"'{path}' exists and is not an ember artifact; not "
+                              f"overwriting it (choose another path)")
+    entries = os.listdir(path)
+    if not entries:
+        return
+    if MANIFEST_FILE not in entries and BLOCKS_FILE not in entries:
+        raise FileExistsError(f"'{path}' exists and is not an ember artifact (it has no "
+                              f"{MANIFEST_FILE}); not overwriting it (choose another path)")
+    foreign = _foreign_entries(path)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
+                                          if len(foreign) > 5 else "")
+        raise FileExistsError(f"'{path}' holds files that are not part of an ember artifact "
+                              f"({shown}); not overwriting it: move them away or choose "
+                              f"another path")
+
+
+def _remove_ember_files(directory: Path) -> None:
+    """Delete an artifact's own files and block directories from ``directory``, then the
+    directory if nothing else is left in it (nothing that ember did not write is removed)."""
+    for name in _ARTIFACT_FILES | {BLOCKS_FILE}:
+        with contextlib.suppress(OSError):  # gone, or not empty
+            (directory / name).unlink()
+    for entry in os.scandir(directory):
+        if entry.is_dir(follow_symlinks=False) and entry.name[:1] == "b" and \
+                entry.name[1:].isdigit():
+            for name in _ARTIFACT_FILES:
+                with contextlib.suppress(OSError):  # gone, or not empty
+                    (Path(entry.path) / name).unlink()
+            with contextlib.suppress(OSError):  # gone, or not empty
+                os.rmdir(entry.path)
+    with contextlib.suppress(OSError):  # gone, or not empty
+        os.rmdir(directory)
 
 
 def _verified_library(build: Build) -> bytes:
