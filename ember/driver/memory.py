@@ -62,10 +62,12 @@ def plan_workspace(g: Graph, impls: list[KernelImpl]) -> MemoryPlanReport:
         for name in _reads(impl):
             if name in first:
                 last[name] = impl.index
-    scratch_names: dict[int, list[str]] = {}
+    # Scratch buffers are keyed by (step, position) tuples, a key no value name can equal
+    # (a string like "#3.scratch0" could: a model may name its values anything).
+    scratch_names: dict[int, list[tuple[int, int]]] = {}
     for impl in impls:
         buffers = _scratch_buffers(impl)
-        scratch_names[impl.index] = [f"#{impl.index}.scratch{j}" for j in range(len(buffers))]
+        scratch_names[impl.index] = [(impl.index, j) for j in range(len(buffers))]
         for name, nbytes in zip(scratch_names[impl.index], buffers):
             first[name] = last[name] = impl.index
             sizes[name] = nbytes
@@ -90,10 +92,10 @@ def plan_workspace(g: Graph, impls: list[KernelImpl]) -> MemoryPlanReport:
     peak = max((sum(align(plain(sizes[n])) for n in first if first[n] <= step <= last[n])
                 for step in range(len(impls))), default=0)
     return MemoryPlanReport(
-        {n: o for n, o in offsets.items() if not n.startswith("#")}, plan.workspace_size,
+        {n: o for n, o in offsets.items() if isinstance(n, str)}, plan.workspace_size,
         {step: [offsets[n] for n in names] for step, names in scratch_names.items()},
         naive_bytes=sum(align(max(plain(s), 1)) for s in sizes.values()), peak_live_bytes=peak,
-        in_place=reuse, values=sum(1 for n in first if not n.startswith("#")))
+        in_place=reuse, values=sum(1 for n in first if isinstance(n, str)))
 
 
 def _writes(impl: KernelImpl) -> list[str]:

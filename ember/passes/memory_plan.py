@@ -12,6 +12,7 @@ class (``ember.core.traced.class_bound``), so the plan holds for every size of t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Hashable
 
 from ember.core.traced import class_bound
 
@@ -24,9 +25,10 @@ def align(size: int, alignment: int = ALIGNMENT) -> int:
 
 @dataclass(frozen=True)
 class Interval:
-    """A tensor to place: ``nbytes`` live from step ``start`` to step ``end`` inclusive."""
+    """A tensor to place: ``nbytes`` live from step ``start`` to step ``end`` inclusive;
+    ``name`` is any hashable key (a value's name, or the driver's key of a scratch buffer)."""
 
-    name: str
+    name: Hashable
     nbytes: int
     start: int
     end: int
@@ -34,7 +36,7 @@ class Interval:
 
 @dataclass
 class MemoryPlan:
-    offsets: dict[str, int]
+    offsets: dict[Hashable, int]
     workspace_size: int
 
     def summary(self, intervals: list[Interval]) -> str:
@@ -46,7 +48,7 @@ class MemoryPlan:
 def plan_memory(intervals: list[Interval]) -> MemoryPlan:
     """Assign arena offsets so that tensors alive at the same step never overlap."""
     placed: list[tuple[int, int, Interval]] = []  # (offset, size, interval)
-    offsets: dict[str, int] = {}
+    offsets: dict[Hashable, int] = {}
     arena_end = 0
     # a size that varies at run time gets the slot of the largest size of its class; slots
     # are plain numbers, so the order of placement is the same for every size of the class
