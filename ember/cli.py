@@ -31,6 +31,7 @@ from rich.text import Text
 from ember.core.dims import Dim, SymDim, single_symbol
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError, InputError
+from ember.core.text import TerminalConsole, printable
 from ember.frontend.onnx import import_onnx
 from ember.interp import ReferenceExecutor
 from ember.ops.cost import FlopsEstimate, estimate_flops, format_flops
@@ -60,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, or a usage error argparse already printed
         return exit_.code if isinstance(exit_.code, int) else EXIT_USER
     # No markup: model, value and type names are printed as they are ("f32[batch, 3]").
-    console = Console(markup=False, highlight=False, soft_wrap=True)
+    console = TerminalConsole(markup=False, highlight=False, soft_wrap=True)
     try:
         return args.handler(args, console)
     except EmberError as error:
@@ -79,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {printable(message)}", file=sys.stderr)
     return EXIT_USER
 
 
@@ -824,7 +825,7 @@ def _wide(console: Console) -> Console:
     would wrap it at 80 columns and fold every cell)."""
     if console.is_terminal:
         return console
-    return Console(width=240, markup=False, highlight=False, soft_wrap=True)
+    return TerminalConsole(width=240, markup=False, highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

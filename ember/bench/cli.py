@@ -28,6 +28,7 @@ from ember.bench.export import EXPORTERS, ExportRecord, export_model
 from ember.bench.peers import PEERS, Peer
 from ember.bench.runner import CaseResult, Log, Settings, run_case
 from ember.bench.zoo import ZOO, ZooEntry
+from ember.core.text import TerminalConsole
 
 if TYPE_CHECKING:
     from ember.bench.efficiency import Machine
@@ -145,7 +146,8 @@ def run_bench_command(args: argparse.Namespace, console: Console) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # zoo weights are local: never ask the hub
     if args.omp_passive:
         _passive_openmp()
-    log_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+    log_console = TerminalConsole(stderr=True, highlight=False, markup=False,
+                                  soft_wrap=True)
 
     def log(message: str) -> None:
         log_console.print(message)
@@ -208,7 +210,7 @@ def _wide(console: Console) -> Console:
     wrap it at 80 columns and cut every cell)."""
     if console.is_terminal:
         return console
-    return Console(width=240, markup=False, highlight=False, soft_wrap=True)
+    return TerminalConsole(width=240, markup=False, highlight=False, soft_wrap=True)
 
 
 def _passive_openmp() -> None:
