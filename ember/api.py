@@ -21,7 +21,6 @@ per input shape, as torch.compile does without dynamic shapes.  ``dynamic_batch=
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from ember.core.traced import SizeTrace
 from ember.dynamic_dims import (MAX_REFUSED_TRACES, RUNTIME_DIMS_ENV, GuardFailed, NotTraceable,
                                 TracedVariant, build_traced, runtime_dims_enabled, runtime_for,
                                 traced_symbols)
-from ember.core.config import parse_size
+from ember.core.config import env_flag, parse_size
 from ember.core.dims import SymDim, single_symbol
 from ember.core.errors import EmberError, InputError
 from ember.core.target import Target
@@ -143,7 +142,7 @@ class Module:
     # ------------------------------------------------------------------ building
     def _plan_batch_split(self, dynamic_batch: bool | None) -> None:
         if dynamic_batch is None:
-            dynamic_batch = os.environ.get(DYNAMIC_BATCH_ENV, "1").strip() not in ("0", "")
+            dynamic_batch = env_flag(DYNAMIC_BATCH_ENV, default=True)
         if not dynamic_batch:
             self.batch_split_reason = "dynamic_batch is off"
             return

@@ -88,6 +88,26 @@ def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int:
     return FALLBACK_MEMORY_LIMIT
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """The on/off environment variable ``name`` (``default`` when unset): 1/true/yes/on or
+    0/false/no/off, in any case; anything else is a ConfigError naming it (a typo must not
+    silently mean "on")."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"the environment variable {name}={value!r} is neither on (1, true, "
+                      f"yes, on) nor off (0, false, no, off)")
+
+
 def memory_limit(explicit: int | str | None = None) -> int:
     """The memory budget in bytes: ``explicit`` if given, else ``$EMBER_MEMORY_LIMIT``, else
     the memory available now."""

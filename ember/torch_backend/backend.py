@@ -23,7 +23,6 @@ on) run in PyTorch whole, with a message.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import torch
 import torch.fx
 
 from ember.api import Module
+from ember.core.config import env_flag
 from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.driver.pipeline import BuildOptions
@@ -398,7 +398,7 @@ def _copy_of(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 def _announce(report: GraphReport) -> None:
     """With ``EMBER_EXPLAIN=1``, print each graph's report when it is compiled."""
-    if os.environ.get("EMBER_EXPLAIN", "") not in ("", "0"):
+    if env_flag("EMBER_EXPLAIN", default=False):
         from ember.torch_backend.explain import format_graph_report
 
         print(format_graph_report(report))

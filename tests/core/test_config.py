@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ember.core.config import (FALLBACK_MEMORY_LIMIT, MEMORY_LIMIT_ENV, available_memory,
+from ember.core.config import (FALLBACK_MEMORY_LIMIT, MEMORY_LIMIT_ENV, available_memory, env_flag,
                                format_size, memory_limit, parse_size)
 from ember.core.errors import ConfigError
 
@@ -61,3 +61,37 @@ def test_available_memory_without_meminfo_falls_back_to_something_positive(tmp_p
 def test_format_size_is_readable_and_exact():
     assert format_size(25 * 2**30) == "25.0 GiB (26,843,545,600 bytes)"
     assert format_size(100) == "100 bytes"
+
+
+@pytest.mark.parametrize("value, expected", [("1", True), ("true", True), ("ON", True),
+                                             ("yes", True), ("0", False), ("false", False),
+                                             ("Off", False), ("no", False), ("", False)])
+def test_env_flags_read_words_as_people_write_them(monkeypatch, value, expected):
+    monkeypatch.setenv("EMBER_DYNAMIC_BATCH", value)
+    assert env_flag("EMBER_DYNAMIC_BATCH", default=True) is expected
+
+
+def test_an_env_flag_that_is_neither_on_nor_off_is_an_error(monkeypatch):
+    monkeypatch.setenv("EMBER_DYNAMIC_BATCH", "maybe")
+    with pytest.raises(ConfigError, match="EMBER_DYNAMIC_BATCH='maybe'"):
+        env_flag("EMBER_DYNAMIC_BATCH", default=True)
+    monkeypatch.delenv("EMBER_DYNAMIC_BATCH")
+    assert env_flag("EMBER_DYNAMIC_BATCH", default=True) is True
+
+
+def test_dynamic_batch_false_turns_it_off(monkeypatch):
+    """EMBER_DYNAMIC_BATCH=false used to count as on."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import ember
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    monkeypatch.setenv("EMBER_DYNAMIC_BATCH", "false")
+    module = ember.compile(model)
+    assert module.batch_split is None and module.batch_split_reason == "dynamic_batch is off"
