@@ -173,16 +173,19 @@ MAX_WEIGHT_VARIANTS = 64
 
 @dataclass
 class _WeightVariant:
-    """A build of the graph for one set of weight tensors, at the versions it was built at."""
+    """A build of the graph for one set of weight tensors, as they were at the build: their
+    version counters (bumped by in-place writes, an optimizer step among them) and data
+    pointers (``param.data = other`` swaps the data without touching the version)."""
 
     weights: list[torch.Tensor]
     versions: list[int]
+    pointers: list[int]
     module: torch.fx.GraphModule
 
     def holds(self, current: list[torch.Tensor]) -> bool:
         """Whether ``current`` are these very tensors, unmodified since the build."""
-        return all(a is w and a._version == v
-                   for a, w, v in zip(current, self.weights, self.versions))
+        return all(a is w and a._version == v and a.data_ptr() == p
+                   for a, w, v, p in zip(current, self.weights, self.versions, self.pointers))
 
 
 class _CompiledGraph:
@@ -212,7 +215,7 @@ class _CompiledGraph:
     def _remember(self, weights: list[torch.Tensor], module: torch.fx.GraphModule) -> None:
         key = tuple(id(w) for w in weights)
         self._variants[key] = _WeightVariant(list(weights), [w._version for w in weights],
-                                             module)
+                                             [w.data_ptr() for w in weights], module)
         self._variants.move_to_end(key)
         while len(self._variants) > MAX_WEIGHT_VARIANTS:
             self._variants.popitem(last=False)
@@ -258,8 +261,9 @@ class _CompiledGraph:
             with self._lock:
                 variant = self._variants.get(key)
                 if variant is None or not variant.holds(current):
-                    reason = "weights modified in place since compilation" if variant \
-                        else "another set of weight tensors (another module of the class)"
+                    reason = "weights modified since compilation (in place, or their .data " \
+                        "replaced)" if variant else \
+                        "another set of weight tensors (another module of the class)"
                     LOG.info("ember: graph %d compiles again: %s", self.report.index, reason)
                     self.report.recompiles.append(reason)
                     self._remember(current, self._build(current))

@@ -158,6 +158,26 @@ def test_weights_changed_in_place_are_picked_up() -> None:
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
 
 
+def test_weights_replaced_through_data_or_an_optimizer_step_are_picked_up() -> None:
+    """``param.data = other`` leaves the version counter alone (it used to serve the old
+    weights, silently); an optimizer step writes in place."""
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3)).eval()
+    compiled = torch.compile(model, backend="ember")
+    x = torch.randn(4, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+        model[0].weight.data = torch.randn(8, 5)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+        model[2].bias.data = model[2].bias.data + 1.0
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
+    model(x).square().sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+
+
 class _Residual(nn.Module):
     def __init__(self) -> None:
         super().__init__()
