@@ -11,11 +11,16 @@ and ``<dir>/<key>.so.sha256``, the entry's digest.  ``<dir>`` is ``$EMBER_CACHE_
 
 The cache is not trusted: a library found there is loaded into the process (its constructors
 run), so a truncated file, another entry's library moved into this slot or a foreign file
-must never be used.  The digest is SHA-256 over the key and the library's bytes, so it binds
-the content to *this* slot: a library copied from another slot together with its digest file
-does not verify.  :meth:`CompileCache.lookup` checks it, and a broken entry (wrong digest, no
-digest, not a regular file, unreadable) is reported with a :class:`CacheWarning`, removed and
-rebuilt by the caller -- never loaded.
+must never be used.  The digest is an HMAC-SHA-256, keyed with the cache's own secret
+(``<dir>/.secret``: 32 random bytes made with the cache, mode 0600), over the key and the
+library's bytes: it binds the content to *this* slot, and nobody without the secret -- anyone
+who can write the directory but not read the secret -- can make a planted library verify.
+:meth:`CompileCache.lookup` checks it before the library is used; a broken entry (wrong
+digest, no digest, not a regular file, unreadable) is reported with a :class:`CacheWarning`,
+removed and rebuilt by the caller -- never loaded (an entry of an older ember, whose digest
+had no secret, is rebuilt without a warning).  A cache directory that is not owned by this
+user, or that others may write, or whose secret is not a private file of this user, is
+refused with a :class:`CacheError` that says how to choose another (``EMBER_CACHE_DIR``).
 
 Every file is written under a unique temporary name in the same directory and moved into
 place with ``os.replace`` (atomic on POSIX), the digest before the library, so processes
@@ -26,6 +31,7 @@ Nothing is ever evicted; deleting the directory is always safe.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import shutil
 import stat
@@ -35,13 +41,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ember.core.errors import EmberError
+
 DIGEST_SUFFIX = ".sha256"
+SECRET_FILE = ".secret"
+SECRET_BYTES = 32
+_DIGEST_PREFIX = "hmac-sha256:"
 # Larger files in a slot are not ember libraries; refuse them without reading them whole.
 MAX_ENTRY_BYTES = 1 << 31
 
 
 class CacheWarning(UserWarning):
     """A compile-cache entry was broken or foreign; it was discarded and rebuilt."""
+
+
+class CacheError(EmberError):
+    """The compile cache directory cannot be used or trusted (owner, permissions, secret)."""
 
 
 def default_cache_dir() -> Path:
@@ -62,9 +77,12 @@ def cache_key(source: str, flags: Sequence[str], compiler_identity: str) -> str:
     return digest.hexdigest()
 
 
-def entry_digest(key: str, content_sha256: str) -> str:
-    """The digest stored beside an entry: binds the content's SHA-256 to the slot's key."""
-    return hashlib.sha256(f"ember-cache-entry\0{key}\0{content_sha256}".encode()).hexdigest()
+def entry_digest(key: str, content_sha256: str, secret: bytes) -> str:
+    """The digest stored beside an entry: binds the content's SHA-256 to the slot's key,
+    under the cache's secret."""
+    mac = hmac.new(secret, f"ember-cache-entry\0{key}\0{content_sha256}".encode(),
+                   hashlib.sha256)
+    return _DIGEST_PREFIX + mac.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -101,6 +119,14 @@ class CompileCache:
 
     def __init__(self, root: Path | str | None = None):
         self.root = Path(root) if root is not None else default_cache_dir()
+        self._secret: bytes | None = None
+
+    @property
+    def secret(self) -> bytes:
+        """The cache's secret, made on first use; the directory is checked first."""
+        if self._secret is None:
+            self._secret = _cache_secret(self.root)
+        return self._secret
 
     def path(self, key: str, suffix: str) -> Path:
         return self.root / f"{key}{suffix}"
@@ -112,10 +138,14 @@ class CompileCache:
         if not os.path.lexists(path):
             return None
         problem = None
+        secret = self.secret
         try:
             content = file_sha256(path)
             expected = digest_path.read_text(encoding="ascii").strip()
-            if expected != entry_digest(key, content):
+            if not expected.startswith(_DIGEST_PREFIX):  # an older ember's entry
+                self.discard(key, suffix)
+                return None
+            if not hmac.compare_digest(expected, entry_digest(key, content, secret)):
                 problem = "its digest does not match (truncated, modified or foreign)"
         except (OSError, UnicodeDecodeError) as error:
             problem = f"it cannot be verified ({error})"
@@ -133,13 +163,14 @@ class CompileCache:
 
     def temp_path(self, key: str, suffix: str) -> Path:
         """A fresh name in the cache directory for a file that :meth:`commit` will publish."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.secret  # the directory is made and checked before anything is written to it
         return self.root / f".{key}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp{suffix}"
 
     def commit(self, temp: Path, key: str, suffix: str) -> CachedFile:
         """Publish ``temp`` as the entry for ``key``: its digest first, then the file."""
         content = file_sha256(temp)
-        self.write_text(key, suffix + DIGEST_SUFFIX, entry_digest(key, content) + "\n")
+        self.write_text(key, suffix + DIGEST_SUFFIX,
+                        entry_digest(key, content, self.secret) + "\n")
         final = self.path(key, suffix)
         _clear_slot(final, only_directories=True)  # os.replace cannot replace a directory
         os.replace(temp, final)
@@ -170,3 +201,69 @@ def _clear_slot(path: Path, only_directories: bool = False) -> None:
             path.unlink()
     except OSError:
         pass
+
+
+def _cache_secret(root: Path) -> bytes:
+    """The secret of the cache in ``root``: made (and the directory with it, private) when
+    missing, else read after checking that the directory and the file are this user's alone."""
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as error:
+        raise CacheError(f"cannot create the compile cache {root} "
+                         f"({error.strerror}); set EMBER_CACHE_DIR to a writable "
+                         f"directory") from None
+    info = os.stat(root)
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    if uid is not None and info.st_uid != uid:
+        raise CacheError(f"the compile cache {root} belongs to another user "
+                         f"(uid {info.st_uid}); set EMBER_CACHE_DIR to a directory of yours")
+    if info.st_mode & 0o022:
+        raise CacheError(f"the compile cache {root} may be written by other users "
+                         f"(mode {stat.S_IMODE(info.st_mode):o}); make it private (chmod "
+                         f"700) or set EMBER_CACHE_DIR to a private directory")
+    path = root / SECRET_FILE
+    for _ in range(2):
+        try:
+            return _read_secret(path, uid)
+        except FileNotFoundError:
+            pass
+        temp = root / f".secret.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                         getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as error:
+            raise CacheError(f"cannot write to the compile cache {root} ({error.strerror}); "
+                             f"set EMBER_CACHE_DIR to a writable directory") from None
+        try:
+            os.write(fd, os.urandom(SECRET_BYTES))
+        finally:
+            os.close(fd)
+        try:
+            os.link(temp, path)  # atomic: the first process to make it wins, whole
+        except FileExistsError:
+            pass
+        finally:
+            temp.unlink(missing_ok=True)
+    return _read_secret(path, uid)
+
+
+def _read_secret(path: Path, uid: int | None) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
+                     getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise CacheError(f"the compile cache secret {path} cannot be read ({error.strerror}); "
+                         f"delete the cache directory (it is rebuilt) or set "
+                         f"EMBER_CACHE_DIR") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (uid is not None and info.st_uid != uid) or \
+                info.st_mode & 0o077 or info.st_size != SECRET_BYTES:
+            raise CacheError(f"the compile cache secret {path} is not a private "
+                             f"file of {SECRET_BYTES} bytes of this user; delete the cache "
+                             f"directory (it is rebuilt) or set EMBER_CACHE_DIR")
+        return os.read(fd, SECRET_BYTES)
+    finally:
+        os.close(fd)

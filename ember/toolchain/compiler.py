@@ -35,7 +35,8 @@ from typing import Sequence
 
 from ember.core.errors import EmberError
 from ember.core.target import Target
-from ember.toolchain.cache import CachedFile, CompileCache, cache_key, file_sha256
+from ember.toolchain.cache import (CacheError, CachedFile, CompileCache, cache_key,
+                                   file_sha256)
 
 _TIMEOUT_S = 900
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
@@ -199,7 +200,7 @@ def build_library(source: str, target: Target, opt_level: int = 3, sanitize: boo
         run_compiler(compiler, flags, [src], out)
         stats.compiles += 1
         return CachedFile(out, file_sha256(out))
-    cache = cache if cache is not None else CompileCache()
+    cache = checked_cache(cache if cache is not None else CompileCache())
     key = cache_key(source, [*flags, json.dumps(target.to_dict(), sort_keys=True)],
                     compiler.identity)
     hit = cache.lookup(key, suffix)
@@ -223,6 +224,16 @@ def build_library(source: str, target: Target, opt_level: int = 3, sanitize: boo
                                  "directory") from None
     finally:
         temp.unlink(missing_ok=True)
+
+
+def checked_cache(cache: CompileCache) -> CompileCache:
+    """``cache``, once its directory and secret are checked (made if missing); a cache that
+    cannot be used or trusted is a ToolchainError saying how to choose another."""
+    try:
+        cache.secret  # noqa: B018 -- reading it checks the directory and makes the secret
+    except CacheError as error:
+        raise ToolchainError(str(error)) from None
+    return cache
 
 
 def run_compiler(compiler: Compiler, flags: Sequence[str], inputs: Sequence[Path], out: Path,

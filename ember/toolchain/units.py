@@ -23,8 +23,8 @@ from typing import Sequence
 
 from ember.core.target import Target
 from ember.toolchain.cache import CachedFile, CompileCache, cache_key
-from ember.toolchain.compiler import (Compiler, ToolchainError, compile_flags, find_compiler,
-                                      run_compiler, stats)
+from ember.toolchain.compiler import (Compiler, ToolchainError, checked_cache, compile_flags,
+                                      find_compiler, run_compiler, stats)
 
 OBJECT_SUFFIX = ".o"
 
@@ -94,7 +94,7 @@ class UnitBuild:
         self.flags = compile_flags(self.compiler, target, opt_level, sanitize, extra_flags)
         self.object_flags = [flag for flag in self.flags if flag != "-shared"] + ["-c"]
         self.identity = [json.dumps(target.to_dict(), sort_keys=True)]
-        self.cache = cache if cache is not None else CompileCache()
+        self.cache = checked_cache(cache if cache is not None else CompileCache())
         self._objects: dict[str, CachedFile | Future] = {}
         self._pool: ThreadPoolExecutor | None = None
 

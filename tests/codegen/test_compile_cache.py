@@ -128,3 +128,63 @@ def test_fifo_in_the_slot_does_not_hang(cache):
     path.unlink()
     os.mkfifo(path)
     _check_rebuilt(source, cache)
+
+
+def _unkeyed_digest(key: str, content_sha256: str) -> str:
+    """The digest as anyone could compute it before the cache had a secret."""
+    import hashlib
+
+    return hashlib.sha256(f"ember-cache-entry\0{key}\0{content_sha256}".encode()).hexdigest()
+
+
+@pytest.mark.parametrize("forged", ["unkeyed", "guessed secret"])
+def test_a_planted_library_with_a_recomputed_digest_is_never_loaded(cache, tmp_path, forged):
+    """Anyone who can write the cache could recompute the digest of an unkeyed scheme; with
+    the cache's secret (0600, made with the cache) a planted library cannot verify."""
+    from ember.toolchain.cache import entry_digest, file_sha256
+
+    source = _source(42)
+    path, _, _ = _compile(source, cache)
+    marker = tmp_path / "planted-library-ran"
+    planted = _foreign_library(tmp_path, marker)
+    shutil.copyfile(planted, path)
+    key = path.name[:-len(".so")]
+    content = file_sha256(path)
+    digest = _unkeyed_digest(key, content) if forged == "unkeyed" else \
+        entry_digest(key, content, b"\0" * 32)
+    path.with_name(path.name + DIGEST_SUFFIX).write_text(digest + "\n")
+    rebuilt_path, rebuilt, reported = _compile(source, cache)
+    assert rebuilt == 1
+    assert len(reported) == (1 if forged == "guessed secret" else 0)  # unkeyed: an old entry
+    assert ctypes.CDLL(str(rebuilt_path)).ember_answer() == 42
+    assert not marker.exists(), "the planted library was loaded"
+
+
+def test_an_entry_of_another_cache_does_not_verify(tmp_path):
+    first, second = CompileCache(tmp_path / "a"), CompileCache(tmp_path / "b")
+    source = _source(42)
+    path, _, _ = _compile(source, first)
+    target = second.path(path.name[:-len(".so")], ".so")
+    second.secret  # noqa: B018 -- makes the directory and its own secret
+    shutil.copyfile(path, target)
+    shutil.copyfile(str(path) + DIGEST_SUFFIX, str(target) + DIGEST_SUFFIX)
+    _, rebuilt, reported = _compile(source, second)
+    assert rebuilt == 1 and len(reported) == 1
+
+
+def test_the_secret_is_private_and_a_shared_directory_is_refused(tmp_path):
+    from ember.toolchain import ToolchainError
+    from ember.toolchain.cache import SECRET_FILE
+
+    cache = CompileCache(tmp_path / "private")
+    _compile(_source(42), cache)
+    secret = tmp_path / "private" / SECRET_FILE
+    assert oct(secret.stat().st_mode & 0o777) == "0o600" and secret.stat().st_size == 32
+    secret.chmod(0o644)  # readable by others: the secret is no longer one
+    with pytest.raises(ToolchainError, match="not a private file"):
+        compile_shared(_source(42), Target.native(), cache=CompileCache(tmp_path / "private"))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(ToolchainError, match="may be written by other users"):
+        compile_shared(_source(42), Target.native(), cache=CompileCache(shared))
