@@ -33,6 +33,7 @@ from ember.core.dtypes import DType
 from ember.core.errors import EmberError, InputError
 from ember.core.text import TerminalConsole, printable
 from ember.frontend.onnx import import_onnx
+from ember.frontend.onnx.importer import check_regular_file
 from ember.interp import ReferenceExecutor
 from ember.ops.cost import FlopsEstimate, estimate_flops, format_flops
 from ember.ir.graph import Graph
@@ -132,6 +133,8 @@ def _dim_size(text: str) -> int:
 
 def _load(path: Path, memory_limit: int | None = None) -> Graph:
     """Import an ONNX model, or load an ember graph JSON file."""
+    if path.exists() and not path.is_dir():
+        check_regular_file(path, "the model")
     if path.suffix.lower() == ".json":
         return load_graph(path)
     return import_onnx(path, memory_limit=memory_limit)
@@ -412,6 +415,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _load_npy(name: str, path: Path) -> np.ndarray:
+    check_regular_file(path, f"input '{name}'")
     try:
         return np.load(path, allow_pickle=False)
     except FileNotFoundError:
@@ -452,7 +456,7 @@ def _random_value(name: str, vtype: ValueType | None, bindings: Mapping[str, int
         raise InputError(f"input '{name}' has {what}; give its value with "
                          f"--input {name}=FILE.npy")
     shape = tuple(_concrete(dim, bindings) for dim in vtype.shape)
-    return _random_array(vtype.dtype, shape, rng)
+    return _random_array(vtype.dtype, shape, rng, name)
 
 
 def _concrete(dim: Dim, bindings: Mapping[str, int]) -> int:
@@ -461,7 +465,23 @@ def _concrete(dim: Dim, bindings: Mapping[str, int]) -> int:
     return 1 if dim is None else int(dim)
 
 
-def _random_array(dtype: DType, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def _random_array(dtype: DType, shape: tuple[int, ...], rng: np.random.Generator,
+                  name: str = "") -> np.ndarray:
+    """Random values of ``dtype`` and ``shape``, refused before any allocation when they
+    would not fit the memory budget (a typo in --dim must not end in a MemoryError)."""
+    from ember.core.config import format_size, memory_limit
+
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    needs = count * 16  # the float64 draws and the array made from them
+    budget = memory_limit()
+    if needs > budget:
+        which = f"input '{name}'" if name else "an input"
+        raise InputError(f"a random value for {which} of shape {list(shape)} needs about "
+                         f"{format_size(needs)}, more than the memory budget "
+                         f"({format_size(budget)}); give smaller sizes (--dim, --batch, "
+                         f"--shape) or the value itself with --input")
     if dtype is DType.STRING:
         words = np.array(["alpha", "beta", "gamma", "delta"], dtype=object)
         return rng.choice(words, size=shape)
@@ -513,22 +533,28 @@ def _preview(array: np.ndarray) -> str:
 
 
 def _save_outputs(outputs: Mapping[str, Any], directory: Path) -> list[str]:
-    """Save each output as NAME.npy (a sequence as NAME_0.npy, NAME_1.npy, ...)."""
+    """Save each output as NAME.npy (a sequence as NAME_0.npy, NAME_1.npy, ...); two outputs
+    never share a file, whatever their names sanitize to ("a/b" and "a:b", or an output "s_0"
+    beside item 0 of a sequence "s")."""
     directory.mkdir(parents=True, exist_ok=True)
     saved: list[str] = []
-    stems: set[str] = set()
-    for name, value in outputs.items():
-        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "output"
-        while stem in stems:  # two names that sanitize alike ("a/b", "a:b") keep two files
+    used: set[str] = set()
+
+    def file_for(stem: str) -> str:
+        while f"{stem}.npy".lower() in used:  # lower: case-insensitive file systems too
             stem += "_"
-        stems.add(stem)
+        used.add(f"{stem}.npy".lower())
+        return f"{stem}.npy"
+
+    for name, value in outputs.items():
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "output"
         if isinstance(value, list):
-            files = {f"{stem}_{index}.npy": item for index, item in enumerate(value)}
+            files = [(file_for(f"{stem}_{index}"), item) for index, item in enumerate(value)]
         elif value is None:
-            files = {}  # an empty optional has nothing to save
+            files = []  # an empty optional has nothing to save
         else:
-            files = {f"{stem}.npy": value}
-        for file_name, item in files.items():
+            files = [(file_for(stem), value)]
+        for file_name, item in files:
             np.save(directory / file_name, np.asarray(item))
             saved.append(file_name)
     return saved
@@ -546,7 +572,7 @@ def _run_artifact(args: argparse.Namespace, console: Console) -> int:
     for spec in model.inputs:
         if spec.name not in feeds:
             dtype = DType.from_numpy(numpy_dtype(spec.dtype))
-            feeds[spec.name] = _random_array(dtype, spec.shape, rng)
+            feeds[spec.name] = _random_array(dtype, spec.shape, rng, spec.name)
             sources[spec.name] = f"random (seed {args.seed})"
     outputs = model.run(feeds)
     console.print(_values_table("Inputs", feeds, sources))
@@ -750,7 +776,7 @@ def _profile(args: argparse.Namespace, console: Console) -> int:
         console.print(f"note: profiling with {', '.join(f'{s}=1' for s in defaulted)} (set "
                       f"sizes with --batch, --dim or --shape)")
     rng = np.random.default_rng(args.seed)
-    feeds = {name: _random_array(graph.types[name].dtype, shapes[name], rng)
+    feeds = {name: _random_array(graph.types[name].dtype, shapes[name], rng, name)
              for name in graph.inputs}
     module = compile_model(graph, opt_level=args.opt_level, input_shapes=shapes,
                            memory_limit=args.memory_limit)

@@ -50,6 +50,31 @@ _DECLINED_REASONS = {
 }
 
 
+# protobuf's own limit: larger weights live in external data files
+MAX_MODEL_FILE_BYTES = 2 << 30
+
+
+def check_regular_file(path: Path, what: str, max_bytes: int | None = None) -> None:
+    """Refuse a path that is not a regular file (a FIFO would block forever, a device such
+    as /dev/zero never end) or that is larger than ``max_bytes``, before opening it."""
+    import stat
+
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ModelLoadError(f"{what}: file '{path}' does not exist") from None
+    except OSError as error:
+        raise ModelLoadError(f"{what}: '{path}' cannot be read: {error.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if (
+            stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)) else \
+            "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise ModelLoadError(f"{what}: '{path}' is {kind}; give the path of a regular file")
+    if max_bytes is not None and info.st_size > max_bytes:
+        raise ModelLoadError(f"{what}: '{path}' is {info.st_size:,} bytes, more than the "
+                             f"{max_bytes:,} a file of this kind can be")
+
+
 def load_onnx_model(model: Any, base_dir: str | os.PathLike[str] | None = None,
                     memory_limit: int | str | None = None):
     """Parse ``model`` (path, bytes or ModelProto) into a ModelProto with its external data
@@ -85,6 +110,7 @@ def load_onnx_model(model: Any, base_dir: str | os.PathLike[str] | None = None,
         raise ModelLoadError(f"model file '{path}' does not exist")
     if path.is_dir():
         raise ModelLoadError(f"'{path}' is a directory; pass the path of a .onnx file")
+    check_regular_file(path, "the model", MAX_MODEL_FILE_BYTES)
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as error:
