@@ -221,6 +221,5 @@ def test_a_busy_machine_does_not_stall_the_parallel_loops(tmp_path):
     ran = _stats_delta(model, before)
     one, two = (statistics.median(per_call[t]) for t in (1, 2))
     assert ran["parallel_loops"] >= 200, ran
-    print(f"busy: 1 thread {one * 1e3:.3f} ms, 2 threads {two * 1e3:.3f} ms, {ran}")
     assert two < 2.5 * one, (f"2 threads {two * 1e3:.3f} ms a call, 1 thread "
                              f"{one * 1e3:.3f} ms; pool counters {ran}")
