@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -197,12 +196,9 @@ def main() -> int:
     from rich.table import Table
 
     console = Console(width=max(Console().width, 140))
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from ember.runtime.cpu import cpu_model_name
+
+    cpu = cpu_model_name()
     console.print(f"CPU: {cpu}; {os.cpu_count()} logical CPUs; {args.threads} threads each; "
                   f"{args.calls} calls per contender")
     rows = []

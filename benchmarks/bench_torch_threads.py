@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -165,12 +164,9 @@ def main() -> int:
                     busy.kill()
                     busy.wait()
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from ember.runtime.cpu import cpu_model_name
+
+    cpu = cpu_model_name()
     console = Console(width=max(Console().width, 120))
     table = Table(title=f"ember beside PyTorch in one process, {BLOCKS} ember + {BLOCKS} PyTorch "
                         f"conv blocks ({CHANNELS}x{SIZE}x{SIZE}), {args.threads} threads "

@@ -79,3 +79,17 @@ def _cgroup2_limit(directory: str) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name as the kernel reports it (``/proc/cpuinfo``), for reports that
+    must say which machine gave their figures; the architecture when it does not say."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
