@@ -296,7 +296,7 @@ class _KernelEmitter:
         self.symbol = ""
         self.written: set[Buffer] = set()
         self.restrict = ""
-        self.assumed_align: dict[Buffer, int] = {}
+        self.assumed_align: dict[str, int] = {}  # C name -> alignment asserted
 
     def _var(self, v: Var) -> str:
         if v not in self.vars:
@@ -343,7 +343,7 @@ class _KernelEmitter:
                 if p.align > p.dtype.itemsize and p.align & (p.align - 1) == 0 and \
                         position not in element_aligned:
                     prologue.append(f"{name} = __builtin_assume_aligned({name}, {p.align});")
-                    self.assumed_align[p] = p.align
+                    self.assumed_align[name] = p.align
                 if p not in used_buffers:
                     prologue.append(f"(void){name};")
             else:
@@ -510,7 +510,7 @@ class _KernelEmitter:
         unpack = []
         for name, ctype in captured:
             if ctype.endswith("*"):
-                align = self._alignment_of(name)
+                align = self.assumed_align.get(name)
                 value = f"em_c->{name}" if align is None else \
                     f"__builtin_assume_aligned(em_c->{name}, {align})"
                 unpack.append(f"  {ctype}{self.restrict} {name} = {value};")
@@ -541,11 +541,6 @@ class _KernelEmitter:
             scope[name] = f"{const}{storage_ctype(buffer.dtype)} *"
         return scope
 
-    def _alignment_of(self, name: str) -> int | None:
-        for buffer, align in self.assumed_align.items():
-            if self.buffers.get(buffer) == name:
-                return align
-        return None
 
     @staticmethod
     def _pragmas(s: For) -> list[str]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ember.core.target import Target
+from ember.runtime.cpu import available_cpus
 from ember.toolchain.cache import CachedFile, CompileCache, cache_key
 from ember.toolchain.compiler import (Compiler, ToolchainError, checked_cache, compile_flags,
                                       find_compiler, run_compiler, stats)
@@ -45,8 +46,8 @@ class _Unit:
 
 
 def compile_jobs() -> int:
-    """How many compiler processes run at once: ``$EMBER_COMPILE_JOBS``, else the number of
-    cores this process may run on."""
+    """How many compiler processes run at once: ``$EMBER_COMPILE_JOBS``, else the CPUs this
+    process may use (affinity mask and cgroup CPU quota)."""
     explicit = os.environ.get("EMBER_COMPILE_JOBS", "").strip()
     if explicit:
         try:
@@ -57,10 +58,7 @@ def compile_jobs() -> int:
         if jobs < 1:
             raise ToolchainError(f"EMBER_COMPILE_JOBS is {jobs}; give a positive number")
         return jobs
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return available_cpus()
 
 
 def build_library_from_units(sources: Sequence[str | UnitSource], target: Target,
