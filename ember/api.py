@@ -134,6 +134,10 @@ class Module:
         self.runtime_dims_reason = "" if runtime_dims_enabled() else \
             f"{RUNTIME_DIMS_ENV} is 0"
         self._last_shapes: dict[str, tuple[int, ...]] | None = None
+        # Every set of input shapes the module compiled or ran code for, in order: ``save``
+        # refuses to drop any of them silently (an artifact holds code for one shape of the
+        # dims other than the batch).
+        self._shapes_seen: dict[tuple, dict[str, tuple[int, ...]]] = {}
         if not self._all_static():
             self._plan_batch_split(dynamic_batch)
         if input_shapes is not None or self._all_static():
@@ -207,6 +211,8 @@ class Module:
         ``traced``) a build that takes their dynamic dims at run time; compiled if none."""
         key = tuple(sorted(shapes.items()))
         self._last_shapes = shapes
+        with self._variants_lock:
+            self._shapes_seen.setdefault(key, dict(shapes))
         if traced:
             served = self._traced_variant_for(shapes)
             if served is not None:
@@ -567,7 +573,8 @@ class Module:
     def report(self) -> str:
         return self.build.report()
 
-    def save(self, path: str | Path, *, batch_blocks: bool | None = None) -> Path:
+    def save(self, path: str | Path, *, batch_blocks: bool | None = None,
+             input_shapes: Mapping[str, Sequence[int]] | None = None) -> Path:
         """Write the artifact of the current specialization to directory ``path``.
 
         A module that runs its batch in blocks (:attr:`batch_split`) saves instead every block
@@ -575,7 +582,22 @@ class Module:
         (compiled now if it was not yet): the artifact then runs any batch size, as this
         module does (``ember.runtime.BatchBlockedModel``).  ``batch_blocks=False`` saves the
         current specialization alone; ``True`` insists on blocks and says why it cannot.
+
+        An artifact holds code for one size of every dim other than the batch (builds that
+        take a sequence length at run time cannot be saved: their guards and size formulas
+        live in the compiler).  A module that ran at several such sizes is refused with an
+        :class:`InputError` listing them, rather than saved with all but the last silently
+        dropped; ``input_shapes`` (name -> shape, as for ``ember.compile``) says which to
+        save, one artifact per call.
         """
+        if input_shapes is not None:
+            return self._save_shapes(path, input_shapes, batch_blocks)
+        self.build  # noqa: B018 -- a module never called has nothing to save: say so
+        self._check_nothing_dropped()
+        return self._save_current(path, batch_blocks)
+
+    def _save_current(self, path: str | Path, batch_blocks: bool | None) -> Path:
+        """Save the current specialization (or its batch blocks)."""
         from ember.package.artifact import save_artifact, save_batch_blocks
 
         build = self.build
@@ -592,6 +614,70 @@ class Module:
             return save_artifact(build, path)
         split, builds = plan
         return save_batch_blocks(builds, split.inputs, split.batch_outputs, path)
+
+    def _save_shapes(self, path: str | Path, input_shapes: Mapping[str, Sequence[int]],
+                     batch_blocks: bool | None) -> Path:
+        """``save`` of the specialization for ``input_shapes`` (compiled if needed); the
+        module's current specialization stays current."""
+        unknown = [name for name in input_shapes if name not in self.graph.inputs]
+        shapes = self._shapes_from(input_shapes)
+        missing = [name for name in self.graph.inputs if name not in shapes]
+        if missing or unknown:
+            problems = [*(f"no shape for '{n}'" for n in missing),
+                        *(f"'{n}' is not an input" for n in unknown)]
+            raise InputError(f"save(input_shapes=...) of model '{self.graph.name}' needs the "
+                             f"shape of every dynamic input: {'; '.join(problems)} (its "
+                             f"inputs: {', '.join(self.graph.inputs)})")
+        last, last_shapes = self._last, self._last_shapes
+        try:
+            self._variant(shapes, traced=False)
+            return self._save_current(path, batch_blocks)
+        finally:
+            if last is not None:
+                self._last, self._last_shapes = last, last_shapes
+
+    def _check_nothing_dropped(self) -> None:
+        """Refuse to save when the module ran at sizes the artifact would not serve.
+
+        The artifact serves the current sizes of every dim other than the batch and, when
+        the batch runs in blocks, every batch size (with ``batch_blocks=False`` the caller
+        chose one batch size explicitly): a module whose batch does not run in blocks
+        compares whole input shapes, one that does only the other dims."""
+        current = self._last_shapes
+        if current is None or self._all_static():
+            return
+        split = self._split_for(current) if self.batch_split is not None or \
+            self._split_at_sizes else None
+
+        def served_as(shapes: dict[str, tuple[int, ...]]) -> tuple:
+            if split is not None and all(name in shapes for name in split.inputs):
+                return self._other_dims(shapes, split, traced=False)
+            return tuple(sorted(shapes.items()))
+
+        saved = served_as(current)
+        with self._variants_lock:
+            seen = list(self._shapes_seen.values())
+        dropped: dict[tuple, dict[str, tuple[int, ...]]] = {}
+        for shapes in seen:
+            key = served_as(shapes)
+            if key != saved:
+                dropped.setdefault(key, shapes)
+        if not dropped:
+            return
+
+        def spell(shapes: dict[str, tuple[int, ...]]) -> str:
+            return ", ".join(f"{name}{list(shape)}" for name, shape in shapes.items())
+
+        listed = [spell(shapes) for shapes in list(dropped.values())[:8]]
+        if len(dropped) > 8:
+            listed.append(f"... and {len(dropped) - 8} more")
+        what = "sizes of the dims other than the batch" if split is not None else \
+            "input shapes"
+        raise InputError(
+            f"model '{self.graph.name}' ran at {len(dropped) + 1} {what}, but an artifact "
+            f"holds compiled code for one of them: saving would keep only the last call's "
+            f"({spell(current)}) and drop {'; '.join(listed)}. Save one artifact per shape "
+            f"you need, e.g. module.save(path, input_shapes={dict(current)!r})")
 
     def _saved_blocks(self) -> tuple[BatchSplit, dict[int, Build]] | None:
         """The split and the build of every block size to save for the current sizes of the

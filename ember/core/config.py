@@ -12,6 +12,18 @@ The budget comes from, in order of precedence:
 2. the environment variable ``EMBER_MEMORY_LIMIT`` (same syntax);
 3. the memory available on this machine when the build starts (``MemAvailable`` of
    ``/proc/meminfo`` on Linux; see :func:`available_memory` for other systems).
+
+Two more bounds keep a hostile model file from making ember work without end, each an explicit
+argument where there is one, else an environment variable, else a default far above what real
+models need:
+
+* ``EMBER_MAX_INLINED_NODES`` (:func:`max_inlined_nodes`): the nodes that inlining the model's
+  local functions may produce.  Thirty functions that each call the next one twice fit in 2 KB
+  and expand to 2**30 nodes; the importer computes the expanded size before expanding and
+  refuses the model.
+* ``EMBER_MAX_LOOP_ITERATIONS`` (:func:`max_loop_iterations`): the iterations one run of a
+  ``Loop`` node may make.  A trip count of 2**62, or a condition that stays true, would
+  otherwise run forever.
 """
 
 from __future__ import annotations
@@ -117,6 +129,62 @@ def memory_limit(explicit: int | str | None = None) -> int:
     if from_env:
         return parse_size(from_env, what=f"the environment variable {MEMORY_LIMIT_ENV}")
     return available_memory()
+
+
+MAX_INLINED_NODES_ENV = "EMBER_MAX_INLINED_NODES"
+# An exporter can put every module of a model in a local function
+# (``torch.onnx.export(..., export_modules_as_functions=True)``), so the bound must hold the
+# largest real graphs: those have up to some 10**5 nodes (an 80-layer transformer).  Ten times
+# that still imports in under two minutes and ~1.5 GiB (the importer makes some 10**4 nodes a
+# second, each ~1.6 KiB), while an exponential expansion is refused before any of it is made.
+DEFAULT_MAX_INLINED_NODES = 1_000_000
+
+MAX_LOOP_ITERATIONS_ENV = "EMBER_MAX_LOOP_ITERATIONS"
+# Real loops iterate over tokens (thousands), detection boxes (up to ~10**5) or, at the very
+# most, audio samples (a minute at 24 kHz is 1.4 million).  Ten million covers minutes of audio
+# sample by sample, and still stops a runaway loop: a body costs at least ~20 us a run on the
+# host, so the bound is reached within minutes instead of never.
+DEFAULT_MAX_LOOP_ITERATIONS = 10_000_000
+
+
+def parse_count(value: int | str, what: str) -> int:
+    """The positive whole number ``value``: an int, or a string of digits (``"1000000"``,
+    ``"1_000_000"``).  ``what`` names the setting in the error message.  Zero is refused like a
+    negative number: a bound of nothing would refuse every model, which no user means."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigError(f"{what} must be a whole number, got {type(value).__name__} "
+                          f"{value!r:.60}")
+    count: int | None = value if isinstance(value, int) else None
+    if isinstance(value, str) and re.fullmatch(r"\s*\d+(_\d+)*\s*", value):
+        count = int(value)
+    if count is None or count <= 0:
+        raise ConfigError(f"{what}={value!r:.60} must be a positive whole number, e.g. "
+                          f"10000000")
+    return count
+
+
+def _count_setting(explicit: int | str | None, env: str, default: int, what: str) -> int:
+    """``explicit`` if given, else ``$env`` if set and not blank, else ``default``."""
+    if explicit is not None:
+        return parse_count(explicit, what)
+    from_env = os.environ.get(env, "").strip()
+    if from_env:
+        return parse_count(from_env, f"the environment variable {env}")
+    return default
+
+
+def max_inlined_nodes(explicit: int | str | None = None) -> int:
+    """The most nodes that inlining a model's local functions may produce: ``explicit`` if
+    given, else ``$EMBER_MAX_INLINED_NODES``, else :data:`DEFAULT_MAX_INLINED_NODES`."""
+    return _count_setting(explicit, MAX_INLINED_NODES_ENV, DEFAULT_MAX_INLINED_NODES,
+                          "max_inlined_nodes")
+
+
+def max_loop_iterations(explicit: int | str | None = None) -> int:
+    """The most iterations one run of a ``Loop`` node may make: ``explicit`` if given, else
+    ``$EMBER_MAX_LOOP_ITERATIONS``, else :data:`DEFAULT_MAX_LOOP_ITERATIONS`."""
+    return _count_setting(explicit, MAX_LOOP_ITERATIONS_ENV, DEFAULT_MAX_LOOP_ITERATIONS,
+                          "max_loop_iterations")
 
 
 def format_size(nbytes: int) -> str:

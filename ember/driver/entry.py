@@ -7,10 +7,12 @@ kernel's scratch) at offsets in the workspace arena.  Host calls go through the 
 callback with an array of buffer pointers: their inputs, then their outputs.
 
 ``ember_run`` returns 0 on success; otherwise :func:`status_code` of the failing step and the
-reason (:data:`STATUS_HOST_FAILED`, :data:`STATUS_INDEX_OUT_OF_RANGE`), which the runtime turns
-into an error naming the node.  Kernels whose loads are addressed by run-time data (Gather's
-indices) declare the valid range of those inputs; the entry point checks them before calling
-the kernel.
+reason (:data:`STATUS_HOST_FAILED`, :data:`STATUS_INDEX_OUT_OF_RANGE`,
+:data:`STATUS_EXCLUDED_VALUE`), which the runtime turns into an error naming the node.
+Kernels whose loads are addressed by run-time data (Gather's indices) declare the valid range
+of those inputs, and integer Div/Mod declare that their divisor holds no 0 (an ``outside``
+check: C leaves the division undefined, ONNX Runtime fails); the entry point checks them
+before calling the kernel.
 
 ``ember_run_profiled`` takes the same arguments plus ``double *step_seconds``, one slot per
 step, and runs the same steps, writing each step's wall time (``CLOCK_MONOTONIC``) into its
@@ -49,6 +51,7 @@ ABI_VERSION = 1
 
 STATUS_HOST_FAILED = 1
 STATUS_INDEX_OUT_OF_RANGE = 2
+STATUS_EXCLUDED_VALUE = 3
 
 # The alignment, in bytes, that the library's code assumes of an input pointer beyond the
 # alignment of its element type (1: none).  Kernels promise 64-byte alignment of workspace
@@ -179,6 +182,24 @@ static int em_out_of_range_{tag}(const {ctype} *p, int64_t n, int64_t stride, in
 """
 
 
+_EXCLUDED_CHECK = """
+/* 1 if some of every stride-th of the n values at p lies in [lo, hi) (lo >= 0 for unsigned
+   types): the check of an integer divisor, [0, 1). */
+static int em_holds_{tag}(const {ctype} *p, int64_t n, int64_t stride, int64_t lo, int64_t hi)
+{{
+  int bad = 0;
+  if (stride == 1) {{
+    for (int64_t i = 0; i < n; ++i)
+      bad |= {test};
+  }} else {{
+    for (int64_t i = 0; i < n; i += stride)
+      bad |= {test};
+  }}
+  return bad;
+}}
+"""
+
+
 def _range_check_helper(dtype: DType) -> str:
     ctype = storage_ctype(dtype)
     if dtype == DType.UINT64:  # never below lo <= 0; compare unsigned to stay exact
@@ -186,6 +207,15 @@ def _range_check_helper(dtype: DType) -> str:
     else:
         test = "((int64_t)p[i] < lo) | ((int64_t)p[i] >= hi)"
     return _RANGE_CHECK.format(tag=dtype.numpy.name, ctype=ctype, test=test)
+
+
+def _excluded_check_helper(dtype: DType) -> str:
+    ctype = storage_ctype(dtype)
+    if dtype.is_signed:
+        test = "((int64_t)p[i] >= lo) & ((int64_t)p[i] < hi)"
+    else:  # compared as uint64, exact for every unsigned type; the checks give lo >= 0
+        test = "((uint64_t)p[i] >= (uint64_t)lo) & ((uint64_t)p[i] < (uint64_t)hi)"
+    return _EXCLUDED_CHECK.format(tag=dtype.numpy.name, ctype=ctype, test=test)
 
 
 def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, int],
@@ -222,8 +252,10 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
         raise KeyError(f"value '{name}' has no storage")
 
     described = signature(g, steps, workspace_size, weights_size, weight_offsets)
-    checked_dtypes = sorted({g.types[c.input].dtype for s in steps for c in s.index_checks},
-                            key=lambda d: d.numpy.name)
+    checked_dtypes = sorted({g.types[c.input].dtype for s in steps for c in s.index_checks
+                             if not c.outside}, key=lambda d: d.numpy.name)
+    excluded_dtypes = sorted({g.types[c.input].dtype for s in steps for c in s.index_checks
+                              if c.outside}, key=lambda d: d.numpy.name)
     # The C of each step, generated once: both entry points are made of these very lines.
     step_code = [_step_lines(g, step, pointer) for step in steps]
     tail = _passthrough_lines(g, produced, output_index, pointer)
@@ -236,6 +268,7 @@ def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, i
     lines = [HEADER,
              *([TRACED_SIZE_HELPERS] if runtime_dims else []),
              *(_range_check_helper(d) for d in checked_dtypes),
+             *(_excluded_check_helper(d) for d in excluded_dtypes),
              "EMBER_EXPORT int64_t ember_workspace_size(void)",
              f"{{ return {plain(workspace_size)}; }}",
              "",
@@ -279,10 +312,12 @@ def _step_lines(g: Graph, step: EntryStep, pointer: Callable[[str], str]) -> lis
         values = f"(const {storage_ctype(vtype.dtype)} *){pointer(check.input)}"
         if check.start:
             values = f"({values} + {check.start})"
-        lines.append(f"  if (em_out_of_range_{vtype.dtype.numpy.name}("
+        test, reason = ("em_holds", STATUS_EXCLUDED_VALUE) if check.outside else \
+            ("em_out_of_range", STATUS_INDEX_OUT_OF_RANGE)
+        lines.append(f"  if ({test}_{vtype.dtype.numpy.name}("
                      f"{values}, {_c_int64(count - check.start)}, INT64_C({check.stride}), "
                      f"{_c_int64(check.low)}, {_c_int64(check.high)}))")
-        lines.append(f"    return {status_code(step.index, STATUS_INDEX_OUT_OF_RANGE)};")
+        lines.append(f"    return {status_code(step.index, reason)};")
     args = [pointer(n) for n in step.reads] + [pointer(n) for n in step.writes]
     args += [f"(void *)(workspace + {offset})" for offset in step.scratch_offsets]
     if step.kind == "kernel" and step.runtime_dims:

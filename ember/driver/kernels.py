@@ -18,7 +18,7 @@ from ember.ir.graph import FusedGroup, Graph, Node
 from ember.ir.loop.stmt import PrimFunc
 from ember.lower.group import lower_group
 from ember.ops.registry import NoCompute
-from ember.passes.fuse import NodeSupport
+from ember.passes.fuse import NodeSupport, readers_by_value, single_node_group
 
 
 @dataclass
@@ -100,8 +100,10 @@ def _split(graph: Graph, group: FusedGroup, support: dict[int, NodeSupport],
     """The group's nodes implemented one by one (when the fused lowering fails), each named
     after the step index it will get."""
     parts: list[KernelImpl] = []
+    readers = readers_by_value(graph)
     for node in group.nodes:
-        parts.extend(_implement(graph, _single(graph, node), support, index + len(parts)))
+        parts.extend(_implement(graph, single_node_group(graph, node, readers), support,
+                                index + len(parts)))
     return parts
 
 
@@ -109,11 +111,3 @@ def _kernel_name(index: int, group: FusedGroup) -> str:
     master = next((n for n in group.nodes if n.name == group.master), group.nodes[-1])
     suffix = "_fused" if len(group.nodes) > 1 else ""
     return f"k{index}_{c_identifier(master.op).lower()}{suffix}"
-
-
-def _single(graph: Graph, node: Node) -> FusedGroup:
-    from ember.passes.fuse import singleton_groups
-
-    one = Graph(graph.name, list(graph.inputs), list(graph.outputs), graph.nodes,
-                graph.types, graph.constants)
-    return next(g for g in singleton_groups(one) if g.nodes[0] is node)

@@ -35,7 +35,7 @@ from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.passes.context import PassContext
 from ember.passes.fuse import NodeSupport, singleton_groups
-from ember.passes.memory_budget import check_build_memory
+from ember.passes.memory_budget import check_build_memory, graph_outputs_nbytes
 from ember.passes.memory_plan import ALIGNMENT, align
 from ember.passes.pipeline import optimize
 from ember.passes.specialize import specialize
@@ -88,6 +88,9 @@ class Build:
     # The translation units, when the kernels were compiled as units of their own (``source``
     # then lists every unit; the library was linked from ``units.sources()``).
     units: CUnits | None = None
+    # Seconds per compile phase ("specialize", "passes", "lower", "kernels", "finish"): where a
+    # slow compile spends its time (benchmarks/bench_compile_time.py reports them per node).
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     def kernel_definition_symbol(self, name: str) -> str:
         """The symbol under which ``source`` defines kernel ``name``."""
@@ -139,9 +142,11 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
 
     options = options or BuildOptions()
     started = time.perf_counter()
+    phases = _PhaseClock()
     limit = resolve_memory_limit(options.memory_limit)
     with _internal_errors("specializing the graph to its input shapes"):
         g = specialize(graph, dict(input_shapes or {}), memory_limit=limit)
+    phases.lap("specialize")
     pass_log: list[str] = []
     support: dict[int, NodeSupport] = {}
 
@@ -158,7 +163,9 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     _check_static(g)
     if g.groups is None:  # a pipeline without fusion: one kernel per node
         g.groups = singleton_groups(g)
+    phases.lap("passes")
     impls = implement_groups(g, g.groups, {id(node): kernel_support(node) for node in g.nodes})
+    phases.lap("lower")
     trace = active_trace()
     if trace is not None:
         _check_traceable(impls)
@@ -186,8 +193,25 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
                 made.append((impl.func, of))
                 for unit in (of.unit, *of.shared):
                     unit_build.submit(UnitSource(unit.source, unit.flags))
-        return _finish_build(g, impls, options, context, limit, pass_log, started, unit_build,
-                             made)
+        phases.lap("kernels")
+        build = _finish_build(g, impls, options, context, limit, pass_log, started, unit_build,
+                              made)
+    phases.lap("finish")
+    build.phase_seconds = phases.laps
+    return build
+
+
+class _PhaseClock:
+    """Seconds between successive ``lap`` calls, by phase name."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self._last
+        self._last = now
 
 
 def _finish_build(g: Graph, impls: list[KernelImpl], options: BuildOptions,
@@ -202,7 +226,8 @@ def _finish_build(g: Graph, impls: list[KernelImpl], options: BuildOptions,
         used_constants = _used_constants(g, impls)
         weight_offsets, weights_size = _layout_weights(used_constants)
         memory = plan_workspace(g, impls)
-        check_build_memory(memory.workspace_size, weights_size, limit)
+        check_build_memory(memory.workspace_size, weights_size, limit,
+                           outputs_size=graph_outputs_nbytes(g))
         _allow_aliasing(impls, memory)
         steps = [_entry_step(impl, memory, kernel_symbol) for impl in impls]
         trace = active_trace()
@@ -305,7 +330,7 @@ def _entry_step(impl: KernelImpl, memory: MemoryPlanReport, kernel_symbol) -> En
         reads = [n for n in node.inputs if n] + node.implicit_inputs()
         return EntryStep(impl.index, "host", None, reads, [n for n in node.outputs if n], label)
     checks = [IndexCheck(impl.index, node.name, node.op, group.inputs[position], check.low,
-                         check.high, check.start, check.stride)
+                         check.high, check.start, check.stride, check.outside)
               for position, check, node in impl.index_checks]
     return EntryStep(impl.index, "kernel", kernel_symbol(impl.func), impl.inputs,
                      list(group.outputs), label, memory.scratch_offsets.get(impl.index, []),

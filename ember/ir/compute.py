@@ -40,13 +40,16 @@ _names = itertools.count()
 class RangeCheck:
     """Integer input ``input`` must hold values in ``[low, high)`` at every ``stride``-th
     element from ``start`` (all of them by default).  A stride lets each component of an
-    index tuple (GatherND's last axis) have the range of the dim it addresses."""
+    index tuple (GatherND's last axis) have the range of the dim it addresses.  ``outside``
+    turns the check around: no value may lie in ``[low, high)`` (an integer divisor must not
+    be 0: ``[0, 1)``)."""
 
     input: int
     low: int
     high: int
     start: int = 0
     stride: int = 1
+    outside: bool = False
 
 
 @dataclass
@@ -82,6 +85,14 @@ class ComputeContext:
             raise ValueError(f"range check starts at {start}, outside its stride {stride}")
         self.index_checks.append(RangeCheck(int(index), as_size(low), as_size(high),
                                             int(start), int(stride)))
+
+    def require_nonzero(self, index: int) -> None:
+        """Declare that no element of integer input ``index`` may be 0 (an integer divisor).
+
+        Integer division by zero has no value (C leaves it undefined, ONNX Runtime fails):
+        the compiled model checks the input before the kernel runs and fails with an error
+        naming the node, through the same channel as :meth:`require_in_range`."""
+        self.index_checks.append(RangeCheck(int(index), 0, 1, outside=True))
 
     @property
     def num_outputs(self) -> int:

@@ -95,6 +95,9 @@ class Graph:
     groups: list[FusedGroup] | None = None
 
     _counter: Iterator[int] = field(default_factory=itertools.count, repr=False, compare=False)
+    # fresh_name's cache of the names taken, valid while the stamp matches
+    _taken: set[str] = field(default_factory=set, repr=False, compare=False)
+    _taken_stamp: tuple = field(default=(), repr=False, compare=False)
 
     # ------------------------------------------------------------------ queries
     def producers(self) -> dict[str, Node]:
@@ -143,11 +146,23 @@ class Graph:
 
     # ------------------------------------------------------------------ building
     def fresh_name(self, hint: str = "v") -> str:
-        taken = self.all_value_names()
+        """A value name no value of this graph has (``hint`` and a counter).
+
+        The names the nodes produce are kept between calls while the node list is the same
+        list of the same length (passes that add many values call this once per value: a
+        fresh scan each time made them quadratic); inputs, constants and typed values are
+        looked up as they are now, and names handed out are remembered."""
+        stamp = (id(self.nodes), len(self.nodes))
+        if self._taken_stamp != stamp:
+            self._taken = self.all_value_names()
+            self._taken_stamp = stamp
         while True:
             candidate = f"{hint}_{next(self._counter)}"
-            if candidate not in taken:
-                return candidate
+            if candidate in self._taken or candidate in self.types or \
+                    candidate in self.constants or candidate in self.inputs:
+                continue
+            self._taken.add(candidate)
+            return candidate
 
     def add_constant(self, array: np.ndarray, hint: str = "const") -> str:
         from ember.ir.types import TensorType

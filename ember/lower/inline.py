@@ -30,13 +30,18 @@ from dataclasses import dataclass
 from ember.ir.compute import Reduce, Stage, Tensor, unravel
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import Binary, BufferLoad, Call, Const, Expr, Load
-from ember.ir.loop.functor import rewrite, substitute, walk
+from ember.ir.loop.functor import children, rewrite, substitute, walk
 
 # Math calls cheap enough to recompute at every use (a few instructions each).
 CHEAP_CALLS = frozenset({"fabs", "floor", "ceil", "round", "nearbyint", "trunc", "isnan",
                          "isinf", "copysign"})
 # A body with more expression nodes than this is worth materializing when read several times.
 MAX_RECOMPUTED_NODES = 48
+# Bounds of an inlined body: past them the producer is stored and its readers load it.  Far
+# above what a real fused pattern needs (GELU, LayerNorm, attention's softmax: tens of nodes),
+# they keep the expression trees that later walks and code generation recurse over shallow.
+MAX_INLINED_NODES = 2000
+MAX_INLINED_DEPTH = 48
 
 
 @dataclass
@@ -49,28 +54,90 @@ class InlinePlan:
 
 
 def inline_stages(stages: list[Stage], outputs: list[Tensor]) -> InlinePlan:
-    """Inline what pays into its readers; ``stages`` in topological order (producers first)."""
+    """Inline what pays into its readers; ``stages`` in topological order (producers first).
+
+    Linear in the number of stages: which stages read a buffer is kept in an index updated as
+    bodies are rewritten (not found by scanning every body for every stage), and a stage is
+    only inlined while the reader's body stays within :data:`MAX_INLINED_NODES` nodes and
+    :data:`MAX_INLINED_DEPTH` levels (a chain of a thousand elementwise nodes is cut into
+    stored stages of bounded size, so no later walk recurses deeper than that).
+    """
     output_buffers = {t.buffer for t in outputs}
     bodies: dict[int, Expr] = {id(s): s.body for s in stages}
-    remaining = list(stages)
+    remaining: dict[int, Stage] = {id(s): s for s in stages}
+    # buffer -> ids of the remaining stages whose current body reads it (insertion ordered)
+    readers_of: dict[Buffer, dict[int, None]] = {}
+    reads_of: dict[int, set[Buffer]] = {}
+    for stage in stages:
+        reads_of[id(stage)] = _read_buffers(stage.body)
+        for buffer in reads_of[id(stage)]:
+            readers_of.setdefault(buffer, {})[id(stage)] = None
     inlined: list[Stage] = []
     for stage in stages:
-        if stage.output.buffer in output_buffers:
+        buffer = stage.output.buffer
+        if buffer in output_buffers:
             continue
-        readers = [r for r in remaining if r is not stage and
-                   _reads(bodies[id(r)], stage.output.buffer)]
+        readers = [remaining[i] for i in readers_of.get(buffer, {}) if i != id(stage)
+                   and i in remaining]
         if not readers:  # dead (nothing in this kernel reads it): drop it
-            remaining.remove(stage)
+            _forget(stage, remaining, reads_of, readers_of)
             continue
-        if not _should_inline(stage, bodies[id(stage)], readers, bodies):
+        if not (_should_inline(stage, bodies[id(stage)], readers, bodies)
+                and _stays_bounded(bodies[id(stage)], readers, bodies)):
             continue
         for reader in readers:
             bodies[id(reader)] = _substitute_stage(bodies[id(reader)], stage,
                                                    bodies[id(stage)])
-        remaining.remove(stage)
+            reads = reads_of[id(reader)]
+            reads.discard(buffer)
+            for read in reads_of[id(stage)]:
+                if read not in reads:
+                    reads.add(read)
+                    readers_of.setdefault(read, {})[id(reader)] = None
+        _forget(stage, remaining, reads_of, readers_of)
         inlined.append(stage)
-    rewritten = [Stage(s.axes, bodies[id(s)], s.output, s.inputs) for s in remaining]
+    rewritten = [Stage(s.axes, bodies[id(s)], s.output, s.inputs) for s in remaining.values()]
     return InlinePlan(rewritten, inlined)
+
+
+def _forget(stage: Stage, remaining: dict[int, Stage], reads_of: dict[int, set[Buffer]],
+            readers_of: dict[Buffer, dict[int, None]]) -> None:
+    """Drop ``stage`` from the remaining stages and from the reader index."""
+    del remaining[id(stage)]
+    for read in reads_of.pop(id(stage)):
+        readers_of.get(read, {}).pop(id(stage), None)
+
+
+def _stays_bounded(body: Expr, readers: list[Stage], bodies: dict[int, Expr]) -> bool:
+    """Whether substituting ``body`` into every reader keeps each reader's body within the
+    size and depth bounds (an upper estimate: the depths add up, the sizes multiply by the
+    number of reads)."""
+    size, depth = expression_size(body)
+    for reader in readers:
+        reader_size, reader_depth = expression_size(bodies[id(reader)])
+        reads = sum(1 for n in walk(bodies[id(reader)]) if isinstance(n, (BufferLoad, Load)))
+        if reader_depth + depth > MAX_INLINED_DEPTH or \
+                reader_size + size * max(reads, 1) > MAX_INLINED_NODES:
+            return False
+    return True
+
+
+def expression_size(body: Expr) -> tuple[int, int]:
+    """The number of nodes and the depth of an expression tree (iterative: a tree of any
+    depth is measured without recursion)."""
+    size, deepest = 0, 0
+    pending: list[tuple[object, int]] = [(body, 1)]
+    while pending:
+        node, depth = pending.pop()
+        size += 1
+        deepest = max(deepest, depth)
+        for child in children(node):
+            pending.append((child, depth + 1))
+    return size, deepest
+
+
+def _read_buffers(body: Expr) -> set[Buffer]:
+    return {n.buffer for n in walk(body) if isinstance(n, (BufferLoad, Load))}
 
 
 def _should_inline(stage: Stage, body: Expr, readers: list[Stage],
@@ -118,10 +185,6 @@ def _expensive(body: Expr) -> bool:
 
 def _has_reduce(body: Expr) -> bool:
     return any(isinstance(n, Reduce) for n in walk(body))
-
-
-def _reads(body: Expr, buffer: Buffer) -> bool:
-    return any(isinstance(n, (BufferLoad, Load)) and n.buffer == buffer for n in walk(body))
 
 
 def _substitute_stage(reader_body: Expr, stage: Stage, stage_body: Expr) -> Expr:

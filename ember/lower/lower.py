@@ -141,20 +141,27 @@ def _canonical_names(body: Stmt) -> Stmt:
 
 
 def _topological_stages(outputs: Sequence[Tensor]) -> list[Stage]:
-    """Every stage the outputs depend on, producers before consumers."""
+    """Every stage the outputs depend on, producers before consumers (a depth-first
+    post-order, iterative: a chain of any length is ordered without recursion)."""
     order: list[Stage] = []
     visited: set[int] = set()
-
-    def visit(tensor: Tensor) -> None:
-        if tensor.stage is None or id(tensor) in visited:
-            return
-        visited.add(id(tensor))
-        for source in tensor.stage.inputs:
-            visit(source)
-        order.append(tensor.stage)
-
-    for t in outputs:
-        visit(t)
+    for output in outputs:
+        if output.stage is None or id(output) in visited:
+            continue
+        visited.add(id(output))
+        stack: list[tuple[Tensor, int]] = [(output, 0)]
+        while stack:
+            tensor, next_input = stack[-1]
+            sources = tensor.stage.inputs
+            if next_input < len(sources):
+                stack[-1] = (tensor, next_input + 1)
+                source = sources[next_input]
+                if source.stage is not None and id(source) not in visited:
+                    visited.add(id(source))
+                    stack.append((source, 0))
+                continue
+            stack.pop()
+            order.append(tensor.stage)
     return order
 
 

@@ -4,6 +4,13 @@ Cast follows the newest ONNX rules, summarized:
 
 * float -> integer truncates toward zero; integer -> narrower integer keeps the low bits (two's
   complement), so out-of-range values wrap around, sub-byte types (int4, uint2 ...) included;
+* a float that is NaN, infinite or out of range for the integer type: ONNX leaves the result
+  undefined and C makes the conversion undefined behaviour.  ember defines it as x86-64's
+  scalar conversion (``cvttss2si``/``cvttsd2si``, what compilers emit for a C cast) does,
+  which is what ONNX Runtime, numpy and the ONNX reference give on x86 (see
+  :func:`float_to_integer`): int32 and int64 get their lowest value (the "integer
+  indefinite"), 8- and 16-bit types the low bits of the int32 conversion (NaN -> 0), uint32
+  the low bits of the int64 conversion, uint64 the int64 conversion of ``x`` or ``x - 2**63``;
 * anything -> bool is ``x != 0`` (NaN is True); bool -> number is 1 or 0;
 * float -> float rounds to nearest even, out of range gives +-inf; for the float8 types with
   ``saturate=1`` (the default) out-of-range values and infinities clamp to the largest finite
@@ -89,16 +96,59 @@ def cast_array(ctx: RefContext, x: np.ndarray, target: DType, *, saturate: bool 
 
 
 def _to_integer(x: np.ndarray, target: DType) -> np.ndarray:
-    """Integers and bools keep their low bits; floats truncate toward zero, then wrap."""
+    """Integers and bools keep their low bits; floats truncate toward zero, with NaN,
+    infinities and out-of-range values as :func:`float_to_integer` says."""
     if x.dtype.kind in "biu":
         return x.astype(target.numpy)
     if DType.from_numpy(x.dtype).is_int:  # int4, uint2 ...: ml_dtypes casts them via int64
         return x.astype(np.int64).astype(target.numpy)
+    if target in _X86_CONVERSION:
+        return float_to_integer(x, target)
+    # sub-byte targets (int4, uint2 ...): truncate, wrap through int64 (NaN, inf: 0)
     whole = np.trunc(x.astype(np.float64))
     whole = np.where(np.isfinite(whole), np.fmod(whole, 2.0 ** 64), 0.0)  # NaN/inf: undefined
     whole = np.where(whole >= 2.0 ** 63, whole - 2.0 ** 64, whole)
     whole = np.where(whole < -(2.0 ** 63), whole + 2.0 ** 64, whole)
     return whole.astype(np.int64).astype(target.numpy)
+
+
+# Integer type -> (bits of the signed conversion it goes through, whether it is that
+# conversion itself).  See float_to_integer.
+_X86_CONVERSION = {DType.INT8: 32, DType.INT16: 32, DType.UINT8: 32, DType.UINT16: 32,
+                   DType.INT32: 32, DType.UINT32: 64, DType.INT64: 64, DType.UINT64: 64}
+
+
+def _truncate_signed(whole: np.ndarray, bits: int) -> np.ndarray:
+    """x86's truncating conversion of the whole numbers ``whole`` (float64) to a signed
+    integer of ``bits``: the value when it fits, else (NaN, infinities, out of range) the
+    lowest value of the type, which the instruction returns as "integer indefinite"."""
+    limit = 2.0 ** (bits - 1)
+    fits = (whole >= -limit) & (whole < limit)  # False for NaN
+    dtype = np.int32 if bits == 32 else np.int64
+    return np.where(fits, np.where(fits, whole, 0.0).astype(dtype), np.iinfo(dtype).min)
+
+
+def float_to_integer(x: np.ndarray, target: DType) -> np.ndarray:
+    """``x`` (a float array) converted to the 8- to 64-bit integer type ``target`` the way
+    x86-64's scalar conversions do, for every value, NaN and infinities included.
+
+    ONNX says nothing of NaN or out-of-range values and C leaves them undefined; x86 defines
+    its truncating conversions to int32 and int64 (``cvttss2si``/``cvttsd2si``) to return the
+    lowest value for them, and a C compiler builds every other conversion from those two:
+    8- and 16-bit targets keep the low bits of the int32 conversion, uint32 those of the
+    int64 one, uint64 converts ``x`` (below 2**63) or ``x - 2**63`` (above, the top bit set
+    again) to int64.  ONNX Runtime, numpy and the ONNX reference evaluator give exactly this
+    on x86 -- except float -> uint32, where their vectorized loops (the int32 conversion of
+    ``x`` or ``x - 2**31``) and their scalar tails (this one) disagree with each other.  The
+    compiled kernels compute the same (``ember/ops/compute/elementwise.py: convert``)."""
+    whole = np.trunc(np.asarray(x, dtype=np.float64))
+    bits = _X86_CONVERSION[target]
+    if target is DType.UINT64:
+        high = whole >= 2.0 ** 63
+        lower = _truncate_signed(np.where(high, whole - 2.0 ** 63, whole), 64)
+        as_unsigned = lower.view(np.uint64)
+        return np.where(high, as_unsigned ^ np.uint64(2 ** 63), as_unsigned)
+    return _truncate_signed(whole, bits).astype(target.numpy)  # low bits (two's complement)
 
 
 def _clamp_to_finite(x: np.ndarray, target: DType) -> np.ndarray:

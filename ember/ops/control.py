@@ -11,6 +11,12 @@ and the body is typed again until nothing changes.
 
 The type-joining helpers (:func:`join_types`) are shared with the sequence ops, where elements
 of several origins meet in one sequence.
+
+These references are also how a compiled model runs control flow (a host node calls them), so
+they are where a model file's loops are bounded: one run of a Loop makes at most
+``ember.core.config.max_loop_iterations()`` iterations (``EMBER_MAX_LOOP_ITERATIONS``), and one
+that would make more is an :class:`~ember.core.errors.ExecutionError` naming the node, instead
+of a process that never returns.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ember.core.config import MAX_LOOP_ITERATIONS_ENV, max_loop_iterations
 from ember.core.dims import Dim, SymDim, dims_equal
 from ember.core.dtypes import DType
+from ember.core.errors import ExecutionError
 from ember.ir.graph import Graph
 from ember.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from ember.ops.registry import REQUIRED, Attr, InferContext, RefContext, op
@@ -279,9 +287,16 @@ def loop(ctx, trip_count=None, cond=None, *initial, body):
     if n_scan < 0:
         raise ctx.error(f"the body produces {len(body.outputs)} outputs; it must produce the "
                         f"condition and {len(carried)} loop-carried value(s)")
+    limit = max_loop_iterations()
+    if cond is None and max_trips is not None and max_trips > limit:
+        # Without a condition input nothing but the trip count ends the loop: refuse it now
+        # rather than after ``limit`` iterations.
+        raise _too_many_iterations(ctx, limit, f"its trip count is {max_trips:,}")
+    # The bound folds into the loop's own test, so checking it costs nothing per iteration.
+    bound = limit if max_trips is None else min(max_trips, limit)
     scanned: list[list[np.ndarray]] = [[] for _ in range(n_scan)]
     iteration = 0
-    while running and (max_trips is None or iteration < max_trips):
+    while running and iteration < bound:
         results = ctx.run_subgraph(body, [np.array(iteration, dtype=np.int64),
                                           np.array(running), *carried])
         if cond is not None:
@@ -290,10 +305,22 @@ def loop(ctx, trip_count=None, cond=None, *initial, body):
         for items, value in zip(scanned, results[1 + len(carried):]):
             items.append(value)
         iteration += 1
+    if running and iteration == limit and (max_trips is None or max_trips > limit):
+        trips = "" if max_trips is None else f" and its trip count is {max_trips:,}"
+        raise _too_many_iterations(ctx, limit, f"its condition stayed true{trips}")
     shapes = [(), (), *(_shape_of(value) for value in carried)]
     stacked = [_stack(ctx, body, 1 + len(carried) + k, items, shapes)
                for k, items in enumerate(scanned)]
     return tuple(carried + stacked)
+
+
+def _too_many_iterations(ctx: RefContext, limit: int, why: str) -> ExecutionError:
+    """The error of a Loop run that would make more than ``limit`` iterations: a model whose
+    condition never turns false (or whose trip count is 2**62) would otherwise never return."""
+    return ExecutionError(
+        f"node '{ctx.node.name}' (Loop) would run more than {limit:,} iterations ({why}); ember "
+        f"stops a Loop there. If the model really loops this long, raise the limit with the "
+        f"environment variable {MAX_LOOP_ITERATIONS_ENV}={limit * 10}")
 
 
 # ----------------------------------------------------------------------------- Scan

@@ -22,7 +22,7 @@ import numpy as np
 from ember.core.traced import is_traced
 from ember.core.dims import SymDim
 from ember.core.dtypes import DType
-from ember.core.errors import ShapeError
+from ember.core.errors import ExecutionError, ShapeError
 from ember.ir.types import TensorType, ValueType
 from ember.ops.registry import REQUIRED, Attr, InferContext, InferFn, RefContext, op
 from ember.ops.shape_infer import broadcast_shapes, same_as_input
@@ -231,9 +231,23 @@ def mul(ctx, a, b):
     return like_input(np.multiply(a, b), a)
 
 
+def check_integer_divisor(ctx: RefContext, b: np.ndarray) -> None:
+    """An integer divisor holding 0 is an error naming the node, as ONNX Runtime makes it
+    (numpy would give 0 and a warning; C leaves it undefined).  The compiled model checks
+    the same before its kernel runs (``ember/ops/compute/elementwise.py``)."""
+    if b.dtype.kind in "iu" and b.size and not np.all(b):
+        raise ExecutionError(f"{ctx.opdef.name}: integer division by zero in node "
+                             f"'{ctx.node.name}': its divisor (input '{ctx.node.inputs[1]}') "
+                             f"holds 0 at {int(np.count_nonzero(b == 0))} of {b.size} "
+                             f"position(s); check the divisor's values (or guard it, e.g. "
+                             f"with Where or Max) before it reaches the node")
+
+
 @op("Div", family="elementwise", infer=broadcast_infer())
 def div(ctx, a, b):
-    """a / b; integer division truncates toward zero as in C (exactly, even for int64)."""
+    """a / b; integer division truncates toward zero as in C (exactly, even for int64), a
+    divisor of 0 is an error and ``INT_MIN / -1`` wraps to ``INT_MIN`` (as numpy)."""
+    check_integer_divisor(ctx, b)
     if a.dtype.kind in "iu":
         # a - fmod(a, b) is a multiple of b, so floor division gives the truncated quotient.
         return np.asarray((a - np.fmod(a, b)) // b).astype(a.dtype, copy=False)
@@ -267,9 +281,11 @@ def pow_(ctx, x, y):
 
 @op("Mod", family="elementwise", infer=broadcast_infer(), attrs={"fmod": Attr.int(0)})
 def mod(ctx, a, b, *, fmod):
-    """Remainder of a / b: with the divisor's sign (floor), or the dividend's if fmod=1 (C)."""
+    """Remainder of a / b: with the divisor's sign (floor), or the dividend's if fmod=1 (C);
+    an integer divisor of 0 is an error, ``INT_MIN % -1`` is 0."""
     if fmod not in (0, 1):
         raise ctx.error(f"attribute fmod must be 0 or 1, got {fmod}")
+    check_integer_divisor(ctx, b)
     remainder = np.fmod if fmod else np.mod
     if a.dtype.kind in "iu":
         return np.asarray(remainder(a, b)).astype(a.dtype, copy=False)

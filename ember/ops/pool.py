@@ -9,6 +9,17 @@ over output pixels.
 Padding semantics follow ONNX: padded positions never win a max, are excluded from an
 average unless ``count_include_pad``, and add zero to an Lp sum; in ceil mode, the part of
 the last window that lies beyond the end padding is ignored by every pooling kind.
+
+NaN in a MaxPool window.  The ONNX spec says nothing, and its two oracles are not consistent
+with themselves: ``onnx.reference`` skips NaNs in its general path (and fails on an all-NaN
+window) but keeps a NaN that comes first in a window in its strided/dilated path; ONNX
+Runtime skips NaNs in 1-D pools (an all-NaN window gives -FLT_MAX) and its 2-D/3-D kernels
+depend on where the NaN falls.  Where the two agree, they skip NaN.  ember's MaxPool therefore
+*ignores NaN* (as ``np.fmax``): a window's maximum is that of its numbers, and NaN only when
+it holds none.  PyTorch's pooling propagates NaN instead, so the PyTorch frontend sets the
+ember attribute ``propagate_nan=1`` (a NaN anywhere in the window wins, as ``np.maximum``).
+GlobalMaxPool, ReduceMax and Max keep numpy's propagation (the reference's; ONNX Runtime's
+GlobalMaxPool skips NaN).
 """
 
 from __future__ import annotations
@@ -96,19 +107,39 @@ def _lowest(dtype: np.dtype) -> float | int:
     return -np.inf
 
 
-def _max_with_taps(x: np.ndarray, window: Window, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+def _max_fill(dtype: np.dtype, propagate_nan: bool) -> float | int:
+    """The padding value that never wins a max: the lowest value, or for a float pool that
+    ignores NaN, NaN itself (ignored like the input's NaNs, so a window of padding and NaNs
+    is NaN)."""
+    if _floating(dtype) and not propagate_nan:
+        return np.nan
+    return _lowest(dtype)
+
+
+def _floating(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` holds NaNs (numpy's floats and ml_dtypes' bfloat16, kind 'V')."""
+    return dtype.kind not in "iub"
+
+
+def _max_with_taps(x: np.ndarray, window: Window, plan: Plan,
+                   propagate_nan: bool) -> tuple[np.ndarray, np.ndarray]:
     """Window maxima and, for each, the kernel tap it came from (the first one on ties).
 
-    A NaN wins, as it does in ``np.maximum`` (the path without indices).
+    With ``propagate_nan`` the first NaN wins, as in ``np.maximum`` (the path without
+    indices); without, NaN never wins over a number (``np.fmax``) and an all-NaN window
+    points at its first tap.
     """
-    taps = window_taps(pad_for_windows(x, window, plan, _lowest(x.dtype)), window, plan)
+    taps = window_taps(pad_for_windows(x, window, plan, _max_fill(x.dtype, propagate_nan)),
+                       window, plan)
     best = np.array(next(taps))
     best_tap = np.zeros(best.shape, dtype=np.int64)
-    floating = x.dtype.kind not in "iu"
+    floating = _floating(x.dtype)
     for k, view in enumerate(taps, start=1):
         better = view > best
-        if floating:
+        if floating and propagate_nan:
             better |= np.isnan(view) & ~np.isnan(best)
+        elif floating:
+            better |= np.isnan(best) & ~np.isnan(view)
         np.copyto(best, view, where=better)
         best_tap[better] = k
     return best, best_tap
@@ -136,13 +167,18 @@ def _flat_indices(x_shape: tuple[int, ...], window: Window, plan: Plan, best_tap
 
 
 @op("MaxPool", family="pool", infer=lambda ctx: _pool_type(ctx, with_indices=True),
-    attrs={**POOL_ATTRS, "storage_order": Attr.int(0)}, outputs=(1, 2))
-def max_pool(ctx, x, *, storage_order, **window_attrs):
-    """Maximum over each window; optionally the flat input index of each maximum."""
+    attrs={**POOL_ATTRS, "storage_order": Attr.int(0), "propagate_nan": Attr.int(0)},
+    outputs=(1, 2))
+def max_pool(ctx, x, *, storage_order, propagate_nan, **window_attrs):
+    """Maximum over each window; optionally the flat input index of each maximum.
+
+    NaNs are ignored unless ``propagate_nan`` (an ember attribute: see the module doc)."""
     window, plan = _window(ctx, x, window_attrs)
+    propagate = bool(propagate_nan)
     if not ctx.output_requested(1):
-        return _reduce_windows(x, window, plan, np.maximum, _lowest(x.dtype))
-    y, best_tap = _max_with_taps(x, window, plan)
+        combine = np.fmax if _floating(x.dtype) and not propagate else np.maximum
+        return _reduce_windows(x, window, plan, combine, _max_fill(x.dtype, propagate))
+    y, best_tap = _max_with_taps(x, window, plan, propagate)
     return y, _flat_indices(x.shape, window, plan, best_tap, storage_order)
 
 

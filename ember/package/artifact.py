@@ -3,12 +3,18 @@
 The directory is written under a temporary name and renamed into place at the end, so a
 failure never leaves a half-written artifact where a valid one is expected.  The manifest is
 validated with the runtime's own schema before it is written and sealed with its digest.
+
+A write that fails (a full disk, a quota, a read-only mount, no permission) removes the
+temporary directory, leaves any artifact already at the target as it was, and raises a
+:class:`~ember.toolchain.disk.WriteError` -- an ``EmberError`` that is also the ``OSError`` it
+was -- naming the artifact, the file and the cause.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -27,6 +33,8 @@ from ember.runtime.artifact import MAX_LIBRARY_BYTES
 from ember.runtime.blocked import (BLOCKS_FILE, BLOCKS_FORMAT, BLOCKS_FORMAT_VERSION,
                                    block_directory, parse_block_index)
 from ember.runtime.files import ArtifactDirectory
+from ember.toolchain.disk import (WriteError, cause_of, is_write_failure, name_the_file,
+                                  remedy)
 from ember.runtime.manifest import (DIGEST_FIELD, FORMAT, FORMAT_VERSION, HOST_NODES_FILE,
                                     LIBRARY_FILE, MANIFEST_FILE, WEIGHTS_FILE, parse_manifest,
                                     seal)
@@ -148,16 +156,25 @@ def save_batch_blocks(builds: Mapping[int, Build], batch_inputs: Sequence[str],
             directory = staging / block_directory(size)
             directory.mkdir()
             _write_packed(part, directory)
-        (staging / BLOCKS_FILE).write_text(json.dumps(index, indent=1, allow_nan=False))
+        _write_file(staging / BLOCKS_FILE,
+                    json.dumps(index, indent=1, allow_nan=False).encode("utf-8"))
 
     return _write_in_place(Path(path), write)
 
 
 def _write_packed(packed: PackedArtifact, directory: Path) -> None:
-    for name, data in packed.files.items():
-        (directory / name).write_bytes(data)
-    (directory / MANIFEST_FILE).write_text(json.dumps(packed.manifest, indent=1,
-                                                      allow_nan=False))
+    contents = {**packed.files, MANIFEST_FILE: json.dumps(
+        packed.manifest, indent=1, allow_nan=False).encode("utf-8")}
+    for name, data in contents.items():
+        _write_file(directory / name, data)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``; a failure names the file (a failed ``write()`` does not)."""
+    try:
+        path.write_bytes(data)
+    except OSError as error:
+        raise name_the_file(error, path)
 
 
 def _write_in_place(path: Path, write: Callable[[Path], None]) -> Path:
@@ -169,10 +186,22 @@ def _write_in_place(path: Path, write: Callable[[Path], None]) -> Path:
     manifest or block index, library, weights, fallback nodes and block directories); a
     file, a symbolic link, or a directory holding anything else is refused, naming what is
     in the way.  The old artifact is renamed aside before the new one takes its place, and
-    then only ember's own files are removed from it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    then only ember's own files are removed from it.
+
+    A write that fails removes the temporary directory and raises a :class:`WriteError`
+    naming ``path``, the file and the cause."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _save_failed(path, error, f"creating the directory "
+                                        f"'{error.filename or path.parent}'") from error
     _check_replaceable(path)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    existed = os.path.lexists(path)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as error:
+        raise _save_failed(path, error, f"creating a temporary directory in '{path.parent}'",
+                           existed) from error
     old: Path | None = None
     try:
         write(staging)
@@ -181,16 +210,39 @@ def _write_in_place(path: Path, write: Callable[[Path], None]) -> Path:
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
             os.replace(path, old)  # an empty directory is replaced by a rename
         os.replace(staging, path)
-    except BaseException:
+    except BaseException as error:
         if old is not None and not os.path.lexists(path):
             os.replace(old, path)  # put the old artifact back
             old = None
         shutil.rmtree(staging, ignore_errors=True)
+        if is_write_failure(error):
+            raise _save_failed(path, error, _doing(error, staging), existed) from error
         raise
     finally:
         if old is not None:
             _remove_ember_files(old)
     return path
+
+
+def _doing(error: OSError, staging: Path) -> str:
+    """What a save was doing when ``error`` happened, for its message."""
+    if error.filename is None:
+        return "writing it"
+    with contextlib.suppress(ValueError):
+        inner = Path(error.filename).relative_to(staging)
+        return (f"writing its file '{inner}' (in the temporary directory '{staging}', "
+                f"now removed)")
+    return f"writing '{error.filename}'"
+
+
+def _save_failed(path: Path, error: OSError, doing: str, existed: bool = False) -> WriteError:
+    """The error of a save to ``path`` that failed with ``error`` while ``doing`` something:
+    where, why, that nothing half-written is left, and what to do."""
+    kept = f"the artifact already at '{path}' is unchanged" if existed else \
+        "nothing was left behind"
+    advice = remedy(error, elsewhere="save it elsewhere")
+    return WriteError(f"cannot save the artifact '{path}': {cause_of(error)} while {doing}; "
+                      f"{kept}. {advice[:1].upper()}{advice[1:]}.", error)
 
 
 _ARTIFACT_FILES = frozenset({MANIFEST_FILE, LIBRARY_FILE, WEIGHTS_FILE, HOST_NODES_FILE})
@@ -218,30 +270,41 @@ def _foreign_entries(directory: Path) -> list[str]:
     return foreign
 
 
+class SaveTargetError(WriteError, FileExistsError):
+    """The save target exists and is not an artifact ember may replace (a file, a symbolic
+    link, a folder of other files): left untouched, named, with what to do.  Also a
+    ``FileExistsError``, as before it was an ``EmberError``."""
+
+    def __init__(self, message: str, path: Path):
+        super().__init__(message, FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST)),
+                         path)
+
+
 def _check_replaceable(path: Path) -> None:
     """Refuse a ``path`` that exists and is not an empty directory or an ember artifact of
     ember's files only."""
     if not os.path.lexists(path):
         return
     if path.is_symlink():
-        raise FileExistsError(f"'{path}' is a symbolic link; not saving through it (choose "
-                              f"another path)")
+        raise SaveTargetError(f"'{path}' is a symbolic link; not saving through it (choose "
+                              f"another path)", path)
     if not path.is_dir():
-        raise FileExistsError(f"'{path}' exists and is not an ember artifact; not "
-                              f"overwriting it (choose another path)")
+        raise SaveTargetError(f"'{path}' exists and is not an ember artifact; not "
+                              f"overwriting it (choose another path)", path)
     entries = os.listdir(path)
     if not entries:
         return
     if MANIFEST_FILE not in entries and BLOCKS_FILE not in entries:
-        raise FileExistsError(f"'{path}' exists and is not an ember artifact (it has no "
-                              f"{MANIFEST_FILE}); not overwriting it (choose another path)")
+        raise SaveTargetError(f"'{path}' exists and is not an ember artifact (it has no "
+                              f"{MANIFEST_FILE}); not overwriting it (choose another path)",
+                              path)
     foreign = _foreign_entries(path)
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
                                           if len(foreign) > 5 else "")
-        raise FileExistsError(f"'{path}' holds files that are not part of an ember artifact "
+        raise SaveTargetError(f"'{path}' holds files that are not part of an ember artifact "
                               f"({shown}); not overwriting it: move them away or choose "
-                              f"another path")
+                              f"another path", path)
 
 
 def _remove_ember_files(directory: Path) -> None:

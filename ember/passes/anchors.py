@@ -46,9 +46,10 @@ class Linear:
         return self.node.op
 
 
-def linear_of(index: GraphIndex, value: str) -> Linear | None:
+def linear_of(index: GraphIndex, value: str, with_bias_add: bool = True) -> Linear | None:
     """The linear anchor producing ``value`` (a Conv, Gemm or MatMul with constant float
-    weights, or a MatMul followed by a constant bias Add that it alone feeds), or None."""
+    weights, or -- ``with_bias_add`` -- a MatMul followed by a constant bias Add that it
+    alone feeds), or None."""
     node = index.producer.get(value)
     if node is None or node.domain:
         return None
@@ -56,8 +57,10 @@ def linear_of(index: GraphIndex, value: str) -> Linear | None:
     if out_type is None or out_type.shape is None or not out_type.dtype.is_float:
         return None
     if node.op == "Add" and len(node.inputs) == 2:
+        if not with_bias_add:  # only one bias Add: a chain of Adds is not looked through
+            return None
         for position in (0, 1):
-            inner = linear_of(index, node.inputs[position])
+            inner = linear_of(index, node.inputs[position], with_bias_add=False)
             bias = index.constant(node.inputs[1 - position])
             if inner is None or inner.kind != "MatMul" or inner.bias_add is not None or \
                     bias is None or index.sole_reader(inner.output) is not node:

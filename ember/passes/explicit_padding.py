@@ -5,8 +5,9 @@ into clamped gathers; padding the input once (a cheap copy into the workspace) l
 convolution whose loads are affine and vectorize.  This is what libraries do too (or they
 handle borders in separate loops).  Only explicit ``pads`` are moved (``auto_pad=NOTSET``).
 
-A MaxPool's padding is the same with -inf as the value (it never wins a maximum, and every
-window holds at least one input element, since pads are smaller than the kernel): ResNet's
+A MaxPool's padding is the same with a value that never wins a maximum (NaN, which its
+maximum ignores; -inf for PyTorch's NaN-propagating pool), and every window holds at least
+one input element, since pads are smaller than the kernel: ResNet's
 stem pool went from 7.5 ms of clamped, unvectorized gathers to a plain strided maximum.  Only
 pools whose result cannot tell the difference are rewritten: float, ``ceil_mode=0`` (else
 windows run past the padded input), and no ``Indices`` output (it would count the padding).
@@ -22,6 +23,16 @@ from ember.ir.types import TensorType
 
 # What the padding holds, per op: the value that leaves the op's result unchanged.
 _PAD_VALUE = {"Conv": 0.0, "MaxPool": -np.inf}
+
+
+def _pad_value(node: Node) -> float:
+    """What the padding of ``node`` holds.  A MaxPool ignores NaN (ONNX Runtime and the
+    reference do: ``ember/ops/pool.py``), so NaN is the value that never wins and leaves a
+    window of NaNs NaN (-inf would make it -inf); PyTorch's pool (``propagate_nan``) lets a
+    NaN win, so there -inf is the neutral value."""
+    if node.op == "MaxPool" and not node.attrs.get("propagate_nan", 0):
+        return float("nan")
+    return _PAD_VALUE[node.op]
 
 
 def make_padding_explicit(graph: Graph) -> int:
@@ -46,7 +57,7 @@ def make_padding_explicit(graph: Graph) -> int:
         padded = graph.fresh_name(f"{node.inputs[0]}_padded")
         pads_name = graph.add_constant(np.asarray(full_pads, dtype=np.int64),
                                        hint=f"{node.name or 'conv'}_pads")
-        value = graph.add_constant(np.asarray(_PAD_VALUE[node.op], dtype=x_type.dtype.numpy),
+        value = graph.add_constant(np.asarray(_pad_value(node), dtype=x_type.dtype.numpy),
                                    hint=f"{node.name or 'conv'}_pad_value")
         new_nodes.append(Node("Pad", [node.inputs[0], pads_name, value], [padded],
                               {"mode": "constant"}, name=f"{node.name or 'conv'}_pad"))

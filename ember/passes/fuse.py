@@ -38,6 +38,7 @@ The pass records the groups on ``graph.groups``; lowering turns each into one Pr
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -60,13 +61,17 @@ _FUSABLE_TAILS = (PatternKind.ELEMENTWISE, PatternKind.BROADCAST)
 _CHAIN_KINDS = (PatternKind.ELEMENTWISE, PatternKind.BROADCAST, PatternKind.INJECTIVE)
 
 
+# The most nodes one kernel takes: past it a chain starts a new group.  Real fused patterns
+# have tens of nodes; the bound keeps one generated C function (and the C compiler's time on
+# it, which grows faster than its size) bounded on a graph of thousands of elementwise nodes.
+MAX_GROUP_NODES = 128
+
+
 @dataclass(eq=False)
 class _Group:
-    nodes: list[Node] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)  # in graph order
     opaque: bool = False
-
-    def has(self, kind: PatternKind, kinds: dict[int, PatternKind]) -> bool:
-        return any(kinds[id(n)] is kind for n in self.nodes)
+    anchored: bool = False  # holds a matmul or a convolution (takes epilogues only)
 
 
 def fuse(graph: Graph, support: SupportFn) -> int:
@@ -89,8 +94,16 @@ def op_has_compute(node: Node) -> NodeSupport:
 
 def singleton_groups(graph: Graph, support: SupportFn | None = None) -> list[FusedGroup]:
     """Every node its own kernel (no fusion: opt level 0)."""
-    return [_describe(graph, [node], _reads_by_value(graph), set(graph.outputs))
-            for node in graph.nodes]
+    readers = readers_by_value(graph)
+    return [single_node_group(graph, node, readers) for node in graph.nodes]
+
+
+def single_node_group(graph: Graph, node: Node,
+                      readers: dict[str, list[Node]] | None = None) -> FusedGroup:
+    """The group of ``node`` alone (``readers``: :func:`readers_by_value` of the graph, to
+    reuse it across nodes)."""
+    readers = readers_by_value(graph) if readers is None else readers
+    return _describe(graph, [node], readers, set(graph.outputs))
 
 
 class _Fusion:
@@ -101,10 +114,11 @@ class _Fusion:
                               and get_op(n.op) is not None else PatternKind.OPAQUE)
                       for n in graph.nodes}
         self.producer = {o: n for n in graph.nodes for o in n.outputs if o}
-        self.readers = _reads_by_value(graph)
+        self.readers = readers_by_value(graph)
+        self.position = {id(n): i for i, n in enumerate(graph.nodes)}
         self.graph_outputs = set(graph.outputs)
         self.group_of: dict[int, _Group] = {}
-        self.order: list[_Group] = []
+        self.order: dict[int, _Group] = {}  # live groups by id, in creation order
 
     # ------------------------------------------------------------------ forward
     def epilogues_and_chains(self) -> None:
@@ -112,8 +126,9 @@ class _Fusion:
             group = self._joinable_producer_group(node)
             if group is None:
                 group = _Group(opaque=self.kinds[id(node)] is PatternKind.OPAQUE)
-                self.order.append(group)
+                self.order[id(group)] = group
             group.nodes.append(node)
+            group.anchored |= self.kinds[id(node)] is PatternKind.ANCHOR
             self.group_of[id(node)] = group
 
     def _joinable_producer_group(self, node: Node) -> _Group | None:
@@ -128,7 +143,9 @@ class _Fusion:
             group = self.group_of[id(producer)]
             if group.opaque or self._readers_of(name) != [node] or name in self.graph_outputs:
                 continue
-            if group.has(PatternKind.ANCHOR, self.kinds):
+            if len(group.nodes) >= MAX_GROUP_NODES:
+                continue
+            if group.anchored:
                 if kind not in _FUSABLE_TAILS or not self._same_shape(name, node.outputs[0]):
                     continue
             elif kind not in _CHAIN_KINDS + (PatternKind.REDUCTION,):
@@ -142,23 +159,30 @@ class _Fusion:
 
     # ------------------------------------------------------------------ backward
     def prologues(self) -> None:
-        while self._one_prologue():
+        """Move producer groups into their consumers, last consumers first, until no move is
+        left (a merge changes only the consumer's neighbours, so one sweep does nearly all
+        of it; the next confirms that nothing moved)."""
+        while self._prologue_sweep():
             pass
 
-    def _one_prologue(self) -> bool:
-        """Move one producer group into its consumer; whether one moved (then the groups
-        changed, and the search starts again: a merged-away group must not be visited)."""
-        for consumer in reversed(self.order):
-            if consumer.opaque or consumer.has(PatternKind.ANCHOR, self.kinds):
-                continue
-            for producer in self._producer_groups(consumer):
-                if self._can_move_into(producer, consumer):
-                    self._merge(producer, consumer)
-                    return True
-        return False
+    def _prologue_sweep(self) -> bool:
+        moved = False
+        for consumer in reversed(list(self.order.values())):
+            if consumer.opaque or consumer.anchored or id(consumer) not in self.order:
+                continue  # (or merged away during this sweep)
+            while True:
+                producer = next((p for p in self._producer_groups(consumer)
+                                 if self._can_move_into(p, consumer)), None)
+                if producer is None:
+                    break
+                self._merge(producer, consumer)
+                moved = True
+        return moved
 
     def _can_move_into(self, producer: _Group, consumer: _Group) -> bool:
-        if producer.opaque or producer.has(PatternKind.ANCHOR, self.kinds):
+        if producer.opaque or producer.anchored:
+            return False
+        if len(producer.nodes) + len(consumer.nodes) > MAX_GROUP_NODES:
             return False
         if _pads_a_pool(producer.nodes, consumer.nodes):
             return False
@@ -175,11 +199,11 @@ class _Fusion:
         return not self._would_cycle(consumer, producer.nodes)
 
     def _merge(self, producer: _Group, consumer: _Group) -> None:
-        members = {id(n) for n in producer.nodes + consumer.nodes}
-        consumer.nodes = [n for n in self.graph.nodes if id(n) in members]
+        consumer.nodes = list(heapq.merge(producer.nodes, consumer.nodes,
+                                          key=lambda n: self.position[id(n)]))
         for node in producer.nodes:
             self.group_of[id(node)] = consumer
-        self.order.remove(producer)
+        del self.order[id(producer)]
 
     # ------------------------------------------------------------------ queries
     def _readers_of(self, name: str) -> list[Node]:
@@ -226,7 +250,10 @@ class _Fusion:
                     sources[id(group)] = group
         if not sources:
             return False
-        # does target reach any of the sources?
+        # Does target reach any of the sources?  Nodes are in topological order, so a group
+        # whose first node comes after every source's last node reaches none of them: the
+        # search stays among the groups between target and the sources.
+        horizon = max(self.position[id(g.nodes[-1])] for g in sources.values())
         seen: set[int] = set()
         pending = [target]
         while pending:
@@ -234,38 +261,42 @@ class _Fusion:
             for nxt in self._consumer_groups(current):
                 if id(nxt) in sources:
                     return True
-                if id(nxt) not in seen and nxt is not target:
+                if id(nxt) not in seen and nxt is not target and \
+                        self.position[id(nxt.nodes[0])] <= horizon:
                     seen.add(id(nxt))
                     pending.append(nxt)
         return False
 
     def groups(self) -> list[FusedGroup]:
-        position = {id(n): i for i, n in enumerate(self.graph.nodes)}
-        ordered = sorted(self.order, key=lambda g: position[id(g.nodes[0])])
+        ordered = sorted(self.order.values(), key=lambda g: self.position[id(g.nodes[0])])
         groups = [_describe(self.graph, g.nodes, self.readers, self.graph_outputs, self.kinds)
                   for g in _topological(ordered, self)]
         return groups
 
 
 def _topological(groups: list[_Group], fusion: _Fusion) -> list[_Group]:
-    """Groups so that every group comes after the groups it reads from."""
+    """Groups so that every group comes after the groups it reads from (a depth-first
+    post-order from each group in turn, iterative: no recursion as deep as the graph)."""
     placed: set[int] = set()
     result: list[_Group] = []
-
-    def visit(group: _Group, path: set[int]) -> None:
-        if id(group) in placed:
-            return
-        if id(group) in path:
-            raise AssertionError("fusion made a cycle between groups")
-        path.add(id(group))
-        for producer in fusion._producer_groups(group):
-            visit(producer, path)
-        path.discard(id(group))
-        placed.add(id(group))
-        result.append(group)
-
-    for group in groups:
-        visit(group, set())
+    for root in groups:
+        if id(root) in placed:
+            continue
+        on_path = {id(root)}
+        stack = [(root, iter(fusion._producer_groups(root)))]
+        while stack:
+            group, producers = stack[-1]
+            producer = next(producers, None)
+            if producer is None:
+                stack.pop()
+                on_path.discard(id(group))
+                placed.add(id(group))
+                result.append(group)
+            elif id(producer) in on_path:
+                raise AssertionError("fusion made a cycle between groups")
+            elif id(producer) not in placed:
+                on_path.add(id(producer))
+                stack.append((producer, iter(fusion._producer_groups(producer))))
     return result
 
 
@@ -273,7 +304,8 @@ def _node_reads(node: Node) -> list[str]:
     return [n for n in node.inputs if n] + node.implicit_inputs()
 
 
-def _reads_by_value(graph: Graph) -> dict[str, list[Node]]:
+def readers_by_value(graph: Graph) -> dict[str, list[Node]]:
+    """The nodes that read each value (each node once per value, in graph order)."""
     readers: dict[str, list[Node]] = {}
     for node in graph.nodes:
         for name in dict.fromkeys(_node_reads(node)):

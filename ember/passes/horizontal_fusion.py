@@ -38,9 +38,11 @@ def fuse_horizontal(graph: Graph) -> int:
     """Merge sibling MatMul/Gemm/Conv nodes; returns how many groups were merged."""
     merged = 0
     progress = True
-    while progress:
+    while progress:  # a sweep merges every group it finds; the next finds what they enabled
         progress = False
         index = GraphIndex(graph)
+        # Merges of one sweep touch disjoint nodes (a node reads one value as its first
+        # input, a bias Add follows one MatMul), so the index stays true for the others.
         for value, readers in list(index.readers.items()):
             groups: dict[Hashable, list[Node]] = {}
             for node in readers:
@@ -51,9 +53,6 @@ def fuse_horizontal(graph: Graph) -> int:
                 if len(members) >= 2 and _merge(graph, index, value, key[0], members):
                     merged += 1
                     progress = True
-                    break
-            if progress:
-                break
     return merged
 
 

@@ -10,7 +10,9 @@ from the static types once the graph is specialized, so three checks refuse such
 (a) :func:`check_value_sizes` after specialization: no single value may exceed the budget;
 (b) :class:`FoldBudget` during constant folding: a node's outputs are sized from their types
     before its reference runs, and the folded constants together stay within the budget;
-(c) :func:`check_build_memory` after memory planning: workspace arena plus weights.
+(c) :func:`check_build_memory` after memory planning: workspace arena plus weights plus the
+    model's outputs (the runtime allocates a fresh array for every output on every call, so a
+    model whose outputs alone exceed the budget cannot run even with an empty workspace).
 
 The limit itself (explicit, ``EMBER_MEMORY_LIMIT``, or the available memory) is resolved in
 ``ember.core.config``; sizes are computed with Python ints, so they cannot overflow.
@@ -112,13 +114,26 @@ def output_nbytes(graph: Graph, names: list[str]) -> int | None:
     return total
 
 
-def check_build_memory(workspace_size: int, weights_size: int, limit: int) -> None:
-    """Refuse a compiled model whose workspace arena plus weights exceed ``limit`` bytes (the
-    run-time buffers every call of the library needs)."""
-    needed = workspace_size + weights_size
+def check_build_memory(workspace_size: int, weights_size: int, limit: int,
+                       outputs_size: int = 0) -> None:
+    """Refuse a compiled model whose run-time memory exceeds ``limit`` bytes.
+
+    That is what one call of the library needs at once: the workspace arena, the weights and
+    the ``outputs_size`` bytes of the outputs it returns (allocated per call by the runtime,
+    outside the arena; the inputs are the caller's arrays and are not counted).
+    """
+    needed = workspace_size + weights_size + outputs_size
     if needed > limit:
         raise MemoryBudgetError(
             f"the compiled model needs {format_size(needed)} of memory (workspace "
-            f"{format_size(workspace_size)}, weights {format_size(weights_size)}), more than "
-            f"the memory limit of {format_size(limit)}; {raise_limit_hint(needed)}",
+            f"{format_size(workspace_size)}, weights {format_size(weights_size)}, outputs "
+            f"{format_size(outputs_size)} allocated on every call), more than the memory "
+            f"limit of {format_size(limit)}; {raise_limit_hint(needed)}",
             needed, limit)
+
+
+def graph_outputs_nbytes(graph: Graph) -> int:
+    """Bytes of the arrays one call returns: every listed graph output, a value listed twice
+    counted twice (the runtime allocates one array per output); 0 for an unknown size, which
+    a specialized graph does not have."""
+    return sum(output_nbytes(graph, [name]) or 0 for name in graph.outputs)

@@ -295,9 +295,17 @@ def _match_all(patterns: tuple[Pattern, ...], values: list[str], index: GraphInd
         yield from _match_all(patterns[1:], values[1:], index, first)
 
 
+# The most Mul/Div nodes a Product pattern walks through (the patterns' products have a few
+# factors and scalar constants; a longer product is not theirs).
+MAX_PRODUCT_NODES = 16
+
+
 def _match_product(pattern: Product, index: GraphIndex, value: str,
                    m: Match) -> Iterator[Match]:
-    factors, scale, nodes = flatten_product(index, value)
+    flat = flatten_product(index, value, max_nodes=MAX_PRODUCT_NODES)
+    if flat is None:
+        return
+    factors, scale, nodes = flat
     if pattern.scale is not None and not close_to(scale, pattern.scale,
                                                   _scale_dtype(index, value)):
         return
@@ -322,42 +330,44 @@ def _scale_dtype(index: GraphIndex, value: str) -> np.dtype | None:
     return vtype.dtype.numpy if vtype is not None and vtype.dtype.is_float else None
 
 
-def flatten_product(index: GraphIndex, value: str) -> tuple[list[str], float, list[Node]]:
+def flatten_product(index: GraphIndex, value: str, max_nodes: int | None = None
+                    ) -> tuple[list[str], float, list[Node]] | None:
     """``value`` as ``scale * factor_1 * ... * factor_n``: the non-scalar factors, the scale
-    (product of the scalar constants, divisors inverted) and the Mul/Div nodes walked."""
+    (product of the scalar constants, divisors inverted) and the Mul/Div nodes walked; None
+    when the product spans more than ``max_nodes`` Mul/Div nodes (a pattern of a few factors
+    cannot match it, and walking every long chain from every node would be quadratic).
+    Iterative, factors in left-to-right order: a chain of any length walks without
+    recursion."""
     factors: list[str] = []
     nodes: list[Node] = []
     scale = 1.0
-
-    def walk(name: str, top: bool) -> None:
-        nonlocal scale
+    pending: list[tuple[str, bool]] = [(value, True)]
+    while pending:
+        name, top = pending.pop()
         constant = index.constant(name)
         if constant is not None and scalar_of(constant) is not None:
             scale *= scalar_of(constant)
-            return
+            continue
         node = index.producer.get(name)
         if node is None or node.domain or node.op not in ("Mul", "Div") or \
                 len(node.inputs) != 2 or (not top and index.sole_reader(name) is None):
             factors.append(name)
-            return
+            continue
         if node.op == "Div":
             divisor = index.constant(node.inputs[1])
             value_of = scalar_of(divisor) if divisor is not None else None
             if not value_of:
                 factors.append(name)
-                return
-            nodes.append(node)
+                continue
             scale /= value_of
-            walk(node.inputs[0], False)
-            return
+            operands = [node.inputs[0]]
+        else:
+            operands = [node.inputs[0], node.inputs[1]]
         nodes.append(node)
-        walk(node.inputs[0], False)
-        walk(node.inputs[1], False)
-
-    walk(value, True)
+        if max_nodes is not None and len(nodes) > max_nodes:
+            return None
+        pending.extend((operand, False) for operand in reversed(operands))
     return factors, scale, nodes
-
-
 
 
 # ---------------------------------------------------------------------- rewriting

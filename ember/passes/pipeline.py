@@ -36,6 +36,7 @@ from ember.passes.recognize_layer_norm import recognize_layer_norm
 from ember.passes.recognize_softmax import recognize_softmax
 from ember.passes.recognize_swish import recognize_swish
 from ember.passes.simplify import simplify
+from ember.passes.split_wide_variadic import split_wide_variadics
 
 # ---------------------------------------------------------------------- the passes
 
@@ -45,6 +46,7 @@ FOLD_CONSTANTS = GraphPass("fold_constants",
 SIMPLIFY = graph_pass(simplify)
 CSE = graph_pass(eliminate_common_subexpressions)
 DCE = graph_pass(eliminate_dead_code)
+SPLIT_WIDE_VARIADICS = graph_pass(split_wide_variadics)
 FOLD_BATCHNORM = graph_pass(fold_batchnorm)
 LOWER_CONV_TRANSPOSE = graph_pass(lower_conv_transpose)
 FOLD_SCALE_BIAS = graph_pass(fold_scale_bias)
@@ -92,6 +94,7 @@ CLEANUP = (
     SIMPLIFY,                # no-op Reshape/Transpose/Cast/..., x*1, transpose pairs
     CSE,                     # one copy of each value (and of each constant)
     DCE,                     # what nothing reads any more
+    SPLIT_WIDE_VARIADICS,    # a Concat or Sum of hundreds of inputs -> a tree of narrow ones
 )
 
 PIPELINES: dict[int, Pipeline] = {

@@ -105,7 +105,9 @@ class IndexCheck:
     """Every value of input ``input`` of node ``node_index`` must lie in ``[low, high)``; the
     library returns status ``node_index * 256 + 2`` when one does not.  A ``stride`` above
     1 checks only every ``stride``-th value from ``start``: one component of the index tuples
-    (each component of GatherND's tuples addresses a dim of its own size)."""
+    (each component of GatherND's tuples addresses a dim of its own size).  An ``outside``
+    check asks the opposite, that no value lie in ``[low, high)`` -- an integer divisor must
+    not be 0 -- and fails with status ``node_index * 256 + 3``."""
 
     node_index: int
     node: str
@@ -115,20 +117,33 @@ class IndexCheck:
     high: int
     start: int = 0
     stride: int = 1
+    outside: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The manifest's record; ``start`` and ``stride`` only for a strided check, so that
-        other checks read as before and a runtime that cannot stride refuses the artifact."""
+        """The manifest's record; ``start`` and ``stride`` only for a strided check and
+        ``outside`` only when set, so that other checks read as before and a runtime that
+        cannot stride or exclude refuses the artifact."""
         record = asdict(self)
         if self.stride == 1:
             del record["start"], record["stride"]
+        if not self.outside:
+            del record["outside"]
         return record
 
     def describe(self) -> str:
         """What the check asks of the input, for an error message."""
         values = f"input '{self.input}'" if self.stride == 1 else \
             f"component {self.start} of each {self.stride}-tuple of input '{self.input}'"
+        if self.outside:
+            if self.high == self.low + 1:
+                return f"{values} must not hold {self.low}"
+            return f"{values} must lie outside [{self.low}, {self.high})"
         return f"{values} must lie in [{self.low}, {self.high})"
+
+    @property
+    def is_zero_divisor_check(self) -> bool:
+        """Whether this is the check of an integer divisor (no value may be 0)."""
+        return self.outside and (self.low, self.high) == (0, 1)
 
 
 @dataclass(frozen=True)
@@ -371,7 +386,7 @@ def _checks(value: Any) -> tuple[IndexCheck, ...]:
         where = f"checks[{i}]"
         item = _object(raw, where)
         _keys(item, where, required={"node_index", "node", "op", "input", "low", "high"},
-              optional={"start", "stride"})
+              optional={"start", "stride", "outside"})
         low = _int(item["low"], f"{where}.low", -(1 << 63), 1 << 63)
         high = _int(item["high"], f"{where}.high", low, 1 << 63)
         stride = _int(item.get("stride", 1), f"{where}.stride", 1, 1 << 31)
@@ -380,7 +395,7 @@ def _checks(value: Any) -> tuple[IndexCheck, ...]:
                                  _str(item["node"], f"{where}.node"),
                                  _str(item["op"], f"{where}.op"),
                                  _str(item["input"], f"{where}.input"), low, high, start,
-                                 stride))
+                                 stride, _bool(item.get("outside", False), f"{where}.outside")))
     return tuple(checks)
 
 
@@ -443,6 +458,12 @@ def _int(value: Any, where: str, low: int, high: int) -> int:
         raise SchemaError(where, f"must be an integer, found a JSON {_json_kind(value)}")
     if not low <= value <= high:
         raise SchemaError(where, f"is {value}, outside [{low}, {high}]")
+    return value
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise SchemaError(where, f"must be true or false, found a JSON {_json_kind(value)}")
     return value
 
 

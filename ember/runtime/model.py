@@ -34,8 +34,9 @@ from ember.runtime.library import load_library
 from ember.runtime.manifest import HostNodeEntry, IndexCheck, Manifest, TensorSpec
 from ember.runtime.profiling import StepTimes, check_counts, measure_steps
 from ember.runtime.safetensors_io import parse_safetensors
-from ember.runtime.signature import (STATUS_HOST_FAILED, STATUS_INDEX_OUT_OF_RANGE,
-                                     MAX_SIGNATURE_BYTES, check_manifest, parse_signature)
+from ember.runtime.signature import (STATUS_EXCLUDED_VALUE, STATUS_HOST_FAILED,
+                                     STATUS_INDEX_OUT_OF_RANGE, MAX_SIGNATURE_BYTES,
+                                     check_manifest, parse_signature)
 
 ALIGNMENT = 64
 HOST_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32,
@@ -345,8 +346,10 @@ class CompiledModel:
         node_index, code = divmod(status, 256)
         if status > 0 and code == STATUS_HOST_FAILED and host_error is not None:
             return host_error  # what the fallback node raised, re-raised in the caller
+        if status > 0 and code == STATUS_EXCLUDED_VALUE:
+            return self._excluded_value_error(node_index)
         if status > 0 and code == STATUS_INDEX_OUT_OF_RANGE:
-            checks = self._checks.get(node_index, [])
+            checks = [c for c in self._checks.get(node_index, []) if not c.outside]
             if checks:
                 first = checks[0]
                 ranges = ", ".join(check.describe() for check in checks)
@@ -361,6 +364,23 @@ class CompiledModel:
             return ExecutionError(f"compiled model '{self.path.name}': fallback node {label} "
                                   f"failed")
         return ExecutionError(f"compiled model '{self.path.name}' failed with status {status}")
+
+    def _excluded_value_error(self, node_index: int) -> ExecutionError:
+        """The error of a step whose input held a value an ``outside`` check excludes: an
+        integer divisor of 0, named by node ("Div: integer division by zero in node 'd'")."""
+        checks = [c for c in self._checks.get(node_index, []) if c.outside]
+        if not checks:
+            return ExecutionError(f"compiled model '{self.path.name}': an input of step "
+                                  f"{node_index} holds a value its node cannot take")
+        ops = "/".join(dict.fromkeys(c.op for c in checks))
+        nodes = list(dict.fromkeys(f"'{c.node}'" for c in checks))
+        what = "integer division by zero" if all(c.is_zero_divisor_check for c in checks) \
+            else "an input holds a value the node cannot take"
+        return ExecutionError(
+            f"compiled model '{self.path.name}': {ops}: {what} in node "
+            f"{' or '.join(nodes)} (step {node_index}): "
+            f"{'; '.join(c.describe() for c in checks)}; check the divisor's values (or "
+            f"guard it, e.g. with Where or Max) before it reaches the node")
 
     def _on_host_call(self, _ctx: Any, index: int, buffers: Any) -> int:
         try:

@@ -36,6 +36,7 @@ from ember.runtime.manifest import (MAX_BYTES, Manifest, SchemaError, TensorSpec
 ABI_VERSION = 1
 STATUS_HOST_FAILED = 1
 STATUS_INDEX_OUT_OF_RANGE = 2
+STATUS_EXCLUDED_VALUE = 3  # an input holds a value an ``outside`` check excludes (divisor 0)
 MAX_SIGNATURE_BYTES = 64 << 20
 # More steps than this is no model ember builds: a bound on the timing array the runtime
 # allocates from the library's word.

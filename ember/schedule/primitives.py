@@ -19,7 +19,7 @@ from typing import Any
 from ember.core.traced import as_size, may_be_nonzero
 from ember.core.errors import EmberError
 from ember.ir.loop.expr import INDEX, Const, Expr, Var
-from ember.ir.loop.functor import rewrite, substitute, walk
+from ember.ir.loop.functor import rewrite_stmts, substitute, walk, walk_stmts
 from ember.ir.loop.simplify import simplify
 from ember.ir.loop.stmt import For, ForKind, IfThenElse, PrimFunc, Stmt, seq
 
@@ -64,10 +64,10 @@ class Schedule:
     # ------------------------------------------------------------------ queries
     def loops(self) -> list[str]:
         """Names of every loop, outer before inner."""
-        return [n.var.name for n in walk(self.func.body) if isinstance(n, For)]
+        return [n.var.name for n in walk_stmts(self.func.body) if isinstance(n, For)]
 
     def get_loop(self, name: str) -> For:
-        for node in walk(self.func.body):
+        for node in walk_stmts(self.func.body):
             if isinstance(node, For) and node.var.name == name:
                 return node
         raise ScheduleError(f"{self.func.name}: no loop named '{name}' "
@@ -75,7 +75,7 @@ class Schedule:
 
     def _replace_loop(self, name: str, new: Stmt) -> None:
         self.get_loop(name)
-        self.func = self.func.with_body(rewrite(
+        self.func = self.func.with_body(rewrite_stmts(
             self.func.body, lambda n: new if isinstance(n, For) and n.var.name == name else None))
         self._names.update(self.loops())
 

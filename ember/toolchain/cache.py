@@ -26,15 +26,26 @@ Every file is written under a unique temporary name in the same directory and mo
 place with ``os.replace`` (atomic on POSIX), the digest before the library, so processes
 compiling the same source at once both succeed and a reader never sees a half-written library.
 Nothing is ever evicted; deleting the directory is always safe.
+
+A cache that cannot be *written* (a full disk, a quota, a read-only mount, no permission) does
+not fail the compile: the cache is an optimization.  The build goes on in a private temporary
+cache of this process (:func:`fallback_cache`, removed at exit) and a :class:`CacheWarning`
+says once per directory why the cache is not used and what to do; only when that temporary
+directory cannot be written either is the compile an error.  A cache that cannot be
+*trusted* (another user's, writable by others, a secret that is not private) stays an error:
+the user should know.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import hmac
 import os
 import shutil
 import stat
+import tempfile
+import threading
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -42,6 +53,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ember.core.errors import EmberError
+from ember.toolchain.disk import cause_of, remedy
 
 DIGEST_SUFFIX = ".sha256"
 SECRET_FILE = ".secret"
@@ -52,11 +64,23 @@ MAX_ENTRY_BYTES = 1 << 31
 
 
 class CacheWarning(UserWarning):
-    """A compile-cache entry was broken or foreign; it was discarded and rebuilt."""
+    """A compile-cache entry was broken or foreign (it was discarded and rebuilt), or the cache
+    cannot be written (the build went on without it)."""
 
 
 class CacheError(EmberError):
     """The compile cache directory cannot be used or trusted (owner, permissions, secret)."""
+
+
+class CacheWriteError(CacheError):
+    """The compile cache directory cannot be created or written; ``cause`` is the OSError.
+
+    Unlike its parent (a cache that cannot be trusted), this is a reason to compile without
+    the cache (:func:`fallback_cache`), not to fail."""
+
+    def __init__(self, message: str, cause: OSError):
+        super().__init__(message)
+        self.cause = cause
 
 
 def default_cache_dir() -> Path:
@@ -117,8 +141,10 @@ def file_sha256(path: Path) -> str:
 class CompileCache:
     """One cache directory (created on first use)."""
 
-    def __init__(self, root: Path | str | None = None):
+    def __init__(self, root: Path | str | None = None, *, temporary: bool = False):
         self.root = Path(root) if root is not None else default_cache_dir()
+        # the process's own fallback (fallback_cache): nowhere else to fall back to
+        self.temporary = temporary
         self._secret: bytes | None = None
 
     @property
@@ -189,6 +215,39 @@ class CompileCache:
             temp.unlink(missing_ok=True)
 
 
+# The private temporary cache of this process, and the cache directories already warned
+# about (a build writes many entries; the user hears once per directory).
+_fallback_lock = threading.Lock()
+_fallback: CompileCache | None = None
+_warned_roots: set[str] = set()
+
+
+def fallback_cache(cache: CompileCache, error: OSError) -> CompileCache:
+    """The cache to use instead of ``cache``, which failed to be written with ``error``.
+
+    A private directory made for this process (``tempfile.mkdtemp``: mode 0700, under
+    ``$TMPDIR``) and removed when it exits -- libraries built there stay loadable until then.
+    Warns once per cache directory.  Raises the ``OSError`` of making that directory when it
+    cannot be made (the caller reports both failures)."""
+    global _fallback
+    with _fallback_lock:
+        if str(cache.root) not in _warned_roots:
+            _warned_roots.add(str(cache.root))
+            where = f": '{error.filename}'" if error.filename is not None else ""
+            warnings.warn(
+                f"the compile cache {cache.root} cannot be written ({cause_of(error)}{where}); "
+                f"compiling without it, in a temporary directory removed at exit, so builds "
+                f"are not reused by other processes until it can be written: "
+                + remedy(error, "its file system",
+                         "set EMBER_CACHE_DIR to a writable directory"),
+                CacheWarning, stacklevel=4)
+        if _fallback is None or not _fallback.root.is_dir():
+            root = Path(tempfile.mkdtemp(prefix="ember-uncached-"))
+            atexit.register(shutil.rmtree, root, ignore_errors=True)
+            _fallback = CompileCache(root, temporary=True)
+        return _fallback
+
+
 def _clear_slot(path: Path, only_directories: bool = False) -> None:
     """Remove whatever occupies ``path`` (a directory's tree; a symlink itself, not its target).
 
@@ -209,9 +268,9 @@ def _cache_secret(root: Path) -> bytes:
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as error:
-        raise CacheError(f"cannot create the compile cache {root} "
-                         f"({error.strerror}); set EMBER_CACHE_DIR to a writable "
-                         f"directory") from None
+        raise CacheWriteError(f"cannot create the compile cache {root} "
+                              f"({error.strerror}); set EMBER_CACHE_DIR to a writable "
+                              f"directory", error) from None
     info = os.stat(root)
     uid = os.geteuid() if hasattr(os, "geteuid") else None
     if uid is not None and info.st_uid != uid:
@@ -232,11 +291,18 @@ def _cache_secret(root: Path) -> bytes:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
                          getattr(os, "O_NOFOLLOW", 0), 0o600)
         except OSError as error:
-            raise CacheError(f"cannot write to the compile cache {root} ({error.strerror}); "
-                             f"set EMBER_CACHE_DIR to a writable directory") from None
+            raise CacheWriteError(f"cannot write to the compile cache {root} "
+                                  f"({error.strerror}); set EMBER_CACHE_DIR to a writable "
+                                  f"directory", error) from None
         try:
             os.write(fd, os.urandom(SECRET_BYTES))
-        finally:
+        except OSError as error:
+            os.close(fd)
+            temp.unlink(missing_ok=True)
+            raise CacheWriteError(f"cannot write to the compile cache {root} "
+                                  f"({error.strerror}); set EMBER_CACHE_DIR to a writable "
+                                  f"directory", error) from None
+        else:
             os.close(fd)
         try:
             os.link(temp, path)  # atomic: the first process to make it wins, whole

@@ -12,7 +12,8 @@ made the Clip epilogue of small-K GEMMs scalar and MobileNetV2 1.6x slower.  Onl
 units that call the fast exp/tanh/erf/sigmoid get it, which GCC needs to vectorize them; see
 ``ember.codegen.c_fast_math.UNIT_FLAGS``.)  Results are cached (:mod:`ember.toolchain.cache`).
 
-``sanitize=True`` builds with AddressSanitizer and UBSan, aborting on the first error.  Such a
+``sanitize=True`` builds with AddressSanitizer and UBSan (float-cast-overflow included, which
+GCC's ``undefined`` group leaves out), aborting on the first error.  Such a
 library can only be loaded by a process that has the ASan runtime loaded first: run it in a
 subprocess with ``LD_PRELOAD=sanitizer_preload()`` and ``ASAN_OPTIONS=detect_leaks=0`` (the
 Python interpreter itself "leaks" by ASan's standards).
@@ -20,6 +21,7 @@ Python interpreter itself "leaks" by ASan's standards).
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib.util
 import json
@@ -31,16 +33,21 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from ember.core.errors import EmberError
 from ember.core.target import Target
-from ember.toolchain.cache import (CacheError, CachedFile, CompileCache, cache_key,
-                                   file_sha256)
+from ember.toolchain.cache import (CacheError, CacheWriteError, CachedFile, CompileCache,
+                                   cache_key, fallback_cache, file_sha256)
+from ember.toolchain.disk import describe_write_failure, remedy
+
+T = TypeVar("T")
 
 _TIMEOUT_S = 900
-SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                  "-fno-omit-frame-pointer", "-g")
+# GCC's "undefined" leaves out float-cast-overflow (a float converted to an integer type
+# that cannot hold it: NaN, infinities, out of range), which Clang's includes: ask for it.
+SANITIZE_FLAGS = ("-fsanitize=address,undefined,float-cast-overflow",
+                  "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g")
 _ZIG_TRIPLES = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu",
                 "wasm32": "wasm32-wasi"}
 
@@ -193,9 +200,15 @@ def build_library(source: str, target: Target, opt_level: int = 3, sanitize: boo
     flags = compile_flags(compiler, target, opt_level, sanitize, extra_flags)
     suffix = ".wasm" if target.arch == "wasm32" else ".so"
     if not use_cache:
-        workdir = Path(tempfile.mkdtemp(prefix="ember-build-"))
-        src = workdir / "module.c"
-        src.write_text(source, encoding="utf-8")
+        try:
+            workdir = Path(tempfile.mkdtemp(prefix="ember-build-"))
+            src = workdir / "module.c"
+            src.write_text(source, encoding="utf-8")
+        except OSError as error:
+            raise ToolchainError(f"cannot write the C source: "
+                                 f"{describe_write_failure(error, 'a temporary file')}; "
+                                 f"{remedy(error, elsewhere='set TMPDIR to another directory')}"
+                                 ) from None
         out = workdir / f"module{suffix}"
         run_compiler(compiler, flags, [src], out)
         stats.compiles += 1
@@ -207,33 +220,106 @@ def build_library(source: str, target: Target, opt_level: int = 3, sanitize: boo
     if hit is not None:
         stats.cache_hits += 1
         return hit
-    try:
-        src = cache.write_text(key, ".c", source)
-        temp = cache.temp_path(key, suffix)
-    except OSError as err:
-        raise ToolchainError(f"cannot write to the compile cache {cache.root} ({err}); set "
-                             "EMBER_CACHE_DIR to a writable directory") from None
-    try:
-        run_compiler(compiler, flags, [src], temp)
-        stats.compiles += 1
+
+    def build_in(into: CompileCache) -> CachedFile:
+        src = cache_write(into, lambda: into.write_text(key, ".c", source))
+        temp = cache_write(into, lambda: into.temp_path(key, suffix))
         try:
-            return cache.commit(temp, key, suffix)
-        except OSError as err:
-            raise ToolchainError(f"cannot store the compiled library in the compile cache "
-                                 f"{cache.root} ({err}); set EMBER_CACHE_DIR to a writable "
-                                 "directory") from None
-    finally:
-        temp.unlink(missing_ok=True)
+            cache_write(into, lambda: run_compiler(compiler, flags, [src], temp))
+            stats.compiles += 1
+            return cache_write(into, lambda: into.commit(temp, key, suffix))
+        finally:
+            temp.unlink(missing_ok=True)
+
+    return with_fallback(cache, build_in)
+
+
+class CacheWriteFailed(Exception):
+    """A write into the compile cache ``cache`` failed with ``error`` (internal: the build is
+    redone in :func:`fallback_cache`, see :func:`with_fallback`)."""
+
+    def __init__(self, cache: CompileCache, error: OSError):
+        super().__init__(str(error))
+        self.cache = cache
+        self.error = error
+
+
+# What a compiler or linker prints when it cannot write its output (untranslated: ember runs
+# it in the user's locale, so a translated message falls through to the compiler's error).
+_WRITE_FAILURES = {"No space left on device": errno.ENOSPC,
+                   "Disk quota exceeded": errno.EDQUOT,
+                   "Read-only file system": errno.EROFS}
+
+
+def cache_write(cache: CompileCache, action: Callable[[], T]) -> T:
+    """Run ``action``, a write into ``cache`` (or a compile whose output goes there); a
+    failure to write becomes :class:`CacheWriteFailed`, so that the build falls back."""
+    try:
+        return action()
+    except CacheWriteError as error:
+        raise CacheWriteFailed(cache, error.cause) from None
+    except OSError as error:
+        raise CacheWriteFailed(cache, error) from None
+    except ToolchainError as error:
+        for text, code in _WRITE_FAILURES.items():
+            if text in error.stderr:
+                raise CacheWriteFailed(cache, OSError(code, os.strerror(code))) from None
+        raise
+
+
+def with_fallback(cache: CompileCache, build: Callable[[CompileCache], T]) -> T:
+    """``build(cache)``; when writing the cache fails, ``build`` again in the temporary cache
+    of :func:`fallback_cache` (with a warning), and when that fails too, a ToolchainError
+    naming both failures."""
+    try:
+        return build(cache)
+    except CacheWriteFailed as failure:
+        if cache.temporary:  # the fallback itself: there is nowhere else
+            raise _nowhere_to_write(None, failure.error, failure.error) from None
+        fallback = usable_fallback(cache, failure.error)
+        try:
+            return build(fallback)
+        except CacheWriteFailed as again:
+            raise _nowhere_to_write(cache, failure.error, again.error) from None
 
 
 def checked_cache(cache: CompileCache) -> CompileCache:
-    """``cache``, once its directory and secret are checked (made if missing); a cache that
-    cannot be used or trusted is a ToolchainError saying how to choose another."""
+    """``cache``, once its directory and secret are checked (made if missing).  A cache that
+    cannot be trusted is a ToolchainError saying how to choose another; one that cannot be
+    written gives way to :func:`fallback_cache` (a warning, not an error)."""
     try:
         cache.secret  # noqa: B018 -- reading it checks the directory and makes the secret
+    except CacheWriteError as error:
+        return usable_fallback(cache, error.cause)
     except CacheError as error:
         raise ToolchainError(str(error)) from None
     return cache
+
+
+def usable_fallback(cache: CompileCache, error: OSError) -> CompileCache:
+    """The fallback of ``cache`` (which failed with ``error``), checked; a ToolchainError
+    naming both failures when it cannot be made either."""
+    try:
+        fallback = fallback_cache(cache, error)
+        fallback.secret  # noqa: B018 -- makes the directory's secret
+    except CacheWriteError as again:
+        raise _nowhere_to_write(cache, error, again.cause) from None
+    except OSError as again:
+        raise _nowhere_to_write(cache, error, again) from None
+    return fallback
+
+
+def _nowhere_to_write(cache: CompileCache | None, error: OSError, again: OSError
+                      ) -> "ToolchainError":
+    """Neither the compile cache (None: it could not be made at all) nor a temporary
+    directory can be written."""
+    in_temp = describe_write_failure(again, "a temporary directory", tempfile.gettempdir())
+    in_cache = describe_write_failure(error, "the compile cache", cache.root) + ", and " \
+        if cache is not None else ""
+    return ToolchainError(
+        f"cannot write the compiled code: {in_cache}{in_temp}; "
+        + remedy(again, elsewhere="choose other directories: EMBER_CACHE_DIR sets the "
+                                  "compile cache, TMPDIR the temporary directory"))
 
 
 def run_compiler(compiler: Compiler, flags: Sequence[str], inputs: Sequence[Path], out: Path,
@@ -253,6 +339,19 @@ def run_compiler(compiler: Compiler, flags: Sequence[str], inputs: Sequence[Path
     if result.returncode != 0:
         raise ToolchainError(f"C compilation failed (exit status {result.returncode})",
                              result.stderr or result.stdout, src, command)
+    try:
+        produced = out.stat().st_size > 0
+    except OSError:
+        produced = False
+    if not produced:
+        # Not a cache problem: the command "succeeded" without doing its job (CC=/bin/true,
+        # a wrapper script that swallows the compile).
+        chosen = (f"$CC is {os.environ.get('CC', '')!r}: point CC at a C compiler such as "
+                  f"gcc or clang, or unset it" if compiler.explicit else
+                  "check that it is a working C compiler, or choose one with CC")
+        raise ToolchainError(f"the C compiler {shlex.join(compiler.argv)} exited with status 0 "
+                             f"but produced no library or object file (expected {out}); "
+                             f"{chosen}", result.stderr or result.stdout, src, command)
 
 
 def openmp_supported(compiler: Compiler, target: Target) -> bool:

@@ -24,8 +24,9 @@ from typing import Sequence
 from ember.core.target import Target
 from ember.runtime.cpu import available_cpus
 from ember.toolchain.cache import CachedFile, CompileCache, cache_key
-from ember.toolchain.compiler import (Compiler, ToolchainError, checked_cache, compile_flags,
-                                      find_compiler, run_compiler, stats)
+from ember.toolchain.compiler import (Compiler, ToolchainError, cache_write, checked_cache,
+                                      compile_flags, find_compiler, run_compiler, stats,
+                                      with_fallback)
 
 OBJECT_SUFFIX = ".o"
 
@@ -124,13 +125,18 @@ class UnitBuild:
         for unit in sorted(units, key=lambda u: -len(u.source)):  # no long compile last
             self._start(unit)
         objects = [self._object(unit.key) for unit in units]
-        temp = _writable(lambda: self.cache.temp_path(library_key, ".so"), self.cache)
-        try:
-            run_compiler(self.compiler, self.flags, [obj.path for obj in objects], temp)
-            stats.compiles += 1
-            return _writable(lambda: self.cache.commit(temp, library_key, ".so"), self.cache)
-        finally:
-            temp.unlink(missing_ok=True)
+
+        def link_in(into: CompileCache) -> CachedFile:
+            temp = cache_write(into, lambda: into.temp_path(library_key, ".so"))
+            try:
+                cache_write(into, lambda: run_compiler(self.compiler, self.flags,
+                                                       [obj.path for obj in objects], temp))
+                stats.compiles += 1
+                return cache_write(into, lambda: into.commit(temp, library_key, ".so"))
+            finally:
+                temp.unlink(missing_ok=True)
+
+        return with_fallback(self.cache, link_in)
 
     def _unit(self, item: str | UnitSource) -> _Unit:
         unit = item if isinstance(item, UnitSource) else UnitSource(item)
@@ -162,21 +168,18 @@ class UnitBuild:
 
 def _compile_object(unit: _Unit, compiler: Compiler, flags: list[str],
                     cache: CompileCache) -> CachedFile:
-    src = _writable(lambda: cache.write_text(unit.key, ".c", unit.source), cache)
-    temp = _writable(lambda: cache.temp_path(unit.key, OBJECT_SUFFIX), cache)
-    try:
-        run_compiler(compiler, [*flags, *unit.flags], [src], temp, libraries=())
-        stats.objects_compiled += 1
-        return _writable(lambda: cache.commit(temp, unit.key, OBJECT_SUFFIX), cache)
-    finally:
-        temp.unlink(missing_ok=True)
+    """Compile ``unit`` into an object in ``cache`` (in the process's temporary cache when
+    ``cache`` cannot be written: ``with_fallback``)."""
 
+    def compile_in(into: CompileCache) -> CachedFile:
+        src = cache_write(into, lambda: into.write_text(unit.key, ".c", unit.source))
+        temp = cache_write(into, lambda: into.temp_path(unit.key, OBJECT_SUFFIX))
+        try:
+            cache_write(into, lambda: run_compiler(compiler, [*flags, *unit.flags], [src],
+                                                   temp, libraries=()))
+            stats.objects_compiled += 1
+            return cache_write(into, lambda: into.commit(temp, unit.key, OBJECT_SUFFIX))
+        finally:
+            temp.unlink(missing_ok=True)
 
-def _writable(action, cache: CompileCache):
-    """Run a cache write, turning an OSError into an error that says what to do."""
-    try:
-        return action()
-    except OSError as err:
-        raise ToolchainError(f"cannot write to the compile cache {cache.root} ({err}); set "
-                             "EMBER_CACHE_DIR to a writable directory") from None
-
+    return with_fallback(cache, compile_in)

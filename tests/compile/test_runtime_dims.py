@@ -227,13 +227,17 @@ def test_runtime_dims_can_be_turned_off(monkeypatch):
     assert not isinstance(module._last[1], RuntimeDimsModel)
 
 
-def test_a_traced_module_saves_an_artifact_of_the_last_shapes(tmp_path):
+def test_a_traced_module_saves_an_artifact_of_the_shapes_asked_for(tmp_path):
+    """An artifact holds one length: a module that ran two refuses to drop one silently
+    (tests/frontend/test_torch_save_lengths.py) and saves the one ``input_shapes`` names."""
     model = rows_model()
     session = ort.InferenceSession(model.SerializeToString())
     module = ember.compile(model)
     _check(module, session, 2, 5)
     _check(module, session, 2, 6)
-    module.save(tmp_path / "artifact")
+    with pytest.raises(ember.EmberError, match=r"keep only the last call's \(x\[2, 6, "):
+        module.save(tmp_path / "artifact")
+    module.save(tmp_path / "artifact", input_shapes={"x": (2, 6, HIDDEN)})
     x = np.random.default_rng(0).standard_normal((2, 6, HIDDEN)).astype(np.float32)
     loaded = ember.load(tmp_path / "artifact")
     for got, want in zip(loaded(x), session.run(None, {"x": x})):

@@ -359,9 +359,11 @@ def max_pool(ctx: ImportContext, node, x, kernel_size, stride=(), padding=0, dil
     pads = _expand(static_ints(padding, "padding"), spatial)
     if ctx.rank(x) != spatial + 2:
         raise Unsupported("pooling of an unbatched input")
+    # PyTorch's pooling propagates NaN; ember's MaxPool ignores it unless told (ONNX's
+    # oracles skip it: see ember/ops/pool.py).
     attrs = dict(kernel_shape=kernel, strides=strides, pads=pads + pads,
                  dilations=_expand(static_ints(dilation, "dilation"), spatial),
-                 ceil_mode=int(bool(ceil_mode)))
+                 ceil_mode=int(bool(ceil_mode)), propagate_nan=1)
     if not _output_used(node, 1):
         return [ctx.add("MaxPool", [ctx.tensor(x)], **attrs), None]
     # MaxPool numbers the elements over N, C and the spatial dims, PyTorch within each

@@ -51,19 +51,82 @@ def rewrite(node, fn: RewriteFn):
     return rebuilt if replaced is None else replaced
 
 
-def walk(node) -> Iterator[object]:
-    """Every Expr and Stmt in the tree, pre-order."""
+def rewrite_stmts(node, fn: RewriteFn):
+    """:func:`rewrite` over statements only: expressions are kept as they are, unvisited (a
+    structural change -- replacing a loop -- costs the statement count, not the expression
+    size)."""
     if isinstance(node, tuple):
-        for x in node:
-            yield from walk(x)
-        return
-    if not isinstance(node, (Expr, Stmt)):
-        return
-    yield node
+        items = tuple(rewrite_stmts(x, fn) for x in node)
+        return items if any(a is not b for a, b in zip(items, node)) else node
+    if not isinstance(node, Stmt):
+        return node
+    changes = {}
     for name in _children_fields(node):
         value = getattr(node, name)
-        if isinstance(value, (Expr, Stmt, tuple)):
-            yield from walk(value)
+        if isinstance(value, (Stmt, tuple)):
+            new = rewrite_stmts(value, fn)
+            if new is not value:
+                changes[name] = new
+    rebuilt = dataclasses.replace(node, **changes) if changes else node
+    replaced = fn(rebuilt)
+    return rebuilt if replaced is None else replaced
+
+
+def walk(node) -> Iterator[object]:
+    """Every Expr and Stmt in the tree, pre-order (iterative: no recursion, and no chain of
+    nested generators whose cost grows with the depth of the tree)."""
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, tuple):
+            pending.extend(reversed(current))
+            continue
+        if not isinstance(current, (Expr, Stmt)):
+            continue
+        yield current
+        fields = _children_fields(current)
+        for name in reversed(fields):
+            value = getattr(current, name)
+            if isinstance(value, (Expr, Stmt, tuple)):
+                pending.append(value)
+
+
+def walk_stmts(node) -> Iterator[Stmt]:
+    """Every Stmt in the tree, pre-order, without entering expressions (loop and statement
+    queries need not visit every arithmetic node of every body)."""
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, tuple):
+            pending.extend(reversed(current))
+            continue
+        if not isinstance(current, Stmt):
+            continue
+        yield current
+        for name in reversed(_children_fields(current)):
+            value = getattr(current, name)
+            if isinstance(value, (Stmt, tuple)):
+                pending.append(value)
+
+
+def children(node) -> list[object]:
+    """The Exprs and Stmts directly under ``node`` (tuples of them flattened), in order."""
+    found: list[object] = []
+    for name in _children_fields(node):
+        value = getattr(node, name)
+        if isinstance(value, (Expr, Stmt)):
+            found.append(value)
+        elif isinstance(value, tuple):
+            _flatten_into(value, found)
+    return found
+
+
+def _flatten_into(items: tuple, found: list[object]) -> None:
+    for item in items:
+        if isinstance(item, (Expr, Stmt)):
+            found.append(item)
+        elif isinstance(item, tuple):
+            _flatten_into(item, found)
 
 
 def buffers_used(func_or_stmt) -> set[Buffer]:

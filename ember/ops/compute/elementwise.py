@@ -10,10 +10,19 @@ The definitions follow the numpy references (``ember/ops/elementwise.py``, ``act
 
 * float16/bfloat16 math is evaluated in float32 and rounded once at the end, as the references'
   ``in_compute_dtype`` does (:func:`widen`);
-* float -> integer Cast truncates and wraps through int64, NaN and infinities give 0 (the
-  loop IR's own conversion saturates instead);
-* integer Div/Mod by zero, shifts by out-of-range counts and NaN in Max/Min/Clip need nothing
-  here: the loop IR defines them as numpy does (see ``ember/codegen/c_helpers.py``).
+* float -> integer Cast truncates, and converts NaN, infinities and out-of-range values as
+  x86-64's scalar conversions do (:func:`convert`; the reasons are in ``ember/ops/cast.py``:
+  ``float_to_integer``), with explicit range tests, so the C never converts a value its
+  type cannot hold (the loop IR's own conversion saturates, NaN -> 0: also defined, but
+  not what ONNX Runtime gives);
+* integer Div/Mod by zero is an error, as in the reference and ONNX Runtime: the definition
+  declares that the divisor holds no 0 (:func:`_require_nonzero_divisor`) and the compiled
+  model checks it before the kernel runs, failing with an error that names the node (the
+  loop IR's own division still gives 0 for it, so the C is defined whatever happens).
+  ``INT_MIN / -1`` wraps to ``INT_MIN`` and ``INT_MIN % -1`` is 0, as numpy and the ONNX
+  reference give (ONNX Runtime dies of SIGFPE there): both defined in the loop IR;
+* shifts by out-of-range counts and NaN in Max/Min/Clip need nothing here: the loop IR
+  defines them as numpy does (see ``ember/codegen/c_helpers.py``).
 
 Cases outside that (strings, float8, integer Pow with a run-time exponent ...) raise
 :class:`NoCompute` and run the numpy reference.
@@ -24,8 +33,10 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
+import numpy as np
+
 import ember.ops.families  # noqa: F401  (registers the ops these definitions attach to)
-from ember.core.traced import as_size
+from ember.core.traced import as_size, holds_traced
 from ember.core.dtypes import DType
 from ember.ir.compute import (ComputeContext, Tensor, compute, const_like,
                               reduce_axis, reduce_prod, widen)
@@ -133,9 +144,43 @@ def convert(value: Expr, target: DType) -> Expr:
     if target == DType.BOOL:
         return value.ne(lit(0, value))
     if source.is_float and target.is_int:
-        as_int64 = Cast(DType.INT64, _wrapped_whole(value))
+        if target in _VIA_SIGNED:
+            return _x86_float_to_int(value, target)
+        as_int64 = Cast(DType.INT64, _wrapped_whole(value))  # sub-byte types: the reference's
         return as_int64 if target == DType.INT64 else Cast(target, as_int64)
     return Cast(target, value)
+
+
+# Integer type -> the signed conversion x86 builds it from (see _x86_float_to_int).
+_VIA_SIGNED = {DType.INT8: DType.INT32, DType.INT16: DType.INT32, DType.UINT8: DType.INT32,
+               DType.UINT16: DType.INT32, DType.INT32: DType.INT32, DType.UINT32: DType.INT64,
+               DType.INT64: DType.INT64, DType.UINT64: DType.INT64}
+
+
+def _truncate_signed(whole: Expr, signed: DType) -> Expr:
+    """x86's truncating conversion of a whole float64 to int32/int64: the value when it fits,
+    else (NaN, infinities, out of range) the type's lowest value ("integer indefinite").  The
+    range test comes first, so the C conversion only ever sees values that fit."""
+    limit = 2.0 ** (8 * signed.itemsize - 1)
+    fits = Binary("and", whole.ge(lit(-limit, whole)), whole.lt(lit(limit, whole)))
+    return Select(fits, Cast(signed, whole), Const(-(2 ** (8 * signed.itemsize - 1)), signed))
+
+
+def _x86_float_to_int(value: Expr, target: DType) -> Expr:
+    """``value`` (a float) converted to an 8- to 64-bit integer type as x86-64's scalar
+    conversions do, as the reference does (``ember.ops.cast.float_to_integer``): int32 and
+    int64 directly, narrower types and uint32 through the int32/int64 conversion, keeping its
+    low bits; uint64 from the int64 conversion of ``x`` or of ``x - 2**63`` with the top bit
+    set again."""
+    whole = call("trunc", value if value.dtype == DType.FLOAT64 else Cast(DType.FLOAT64, value))
+    signed = _VIA_SIGNED[target]
+    if target is DType.UINT64:
+        top = lit(2.0 ** 63, whole)
+        high = whole.ge(top)
+        lower = Cast(DType.UINT64, _truncate_signed(Select(high, whole - top, whole), signed))
+        return Select(high, Binary("bitxor", lower, Const(2 ** 63, DType.UINT64)), lower)
+    converted = _truncate_signed(whole, signed)
+    return converted if target == signed else Cast(target, converted)  # the low bits
 
 
 def _wrapped_whole(value: Expr) -> Expr:
@@ -288,7 +333,32 @@ _COMPARISONS: dict[str, Fn] = {
 _define_binary("Add", lambda a, b: a + b, is_number)
 _define_binary("Sub", lambda a, b: a - b, is_number)
 _define_binary("Mul", lambda a, b: a * b, is_number)
-_define_binary("Div", lambda a, b: a / b, is_number)
+
+
+def _require_nonzero_divisor(ctx: ComputeContext, divisor: Tensor) -> None:
+    """An integer divisor must hold no 0: a compile-time constant is checked now (one with a
+    0 leaves the node to the reference, which reports it when it runs), any other is checked
+    by the compiled model before the kernel runs (``ComputeContext.require_nonzero``).  A
+    divisor made of a traced build's run-time sizes is computed inside the kernel, where no
+    check reaches it: a size of 0 there gives the loop IR's defined quotient, 0."""
+    if not divisor.dtype.is_int:
+        return
+    known = ctx.value(1)
+    if known is None:
+        ctx.require_nonzero(1)
+    elif not holds_traced(known) and np.any(np.asarray(known) == 0):
+        raise NoCompute("a constant integer divisor holds 0: the reference reports it")
+
+
+@compute_of("Div")
+def div(ctx, a, b):
+    """a / b; integer division truncates, and a divisor of 0 is an error (see the module
+    doc)."""
+    require_dtypes([a, b], is_number)
+    require(a.dtype == b.dtype)
+    _require_nonzero_divisor(ctx, b)
+    return elementwise(ctx, [a, b], lambda x, y: x / y, name="div")
+
 _define_binary("BitwiseAnd", lambda a, b: Binary("bitand", a, b), is_integer)
 _define_binary("BitwiseOr", lambda a, b: Binary("bitor", a, b), is_integer)
 _define_binary("BitwiseXor", lambda a, b: Binary("bitxor", a, b), is_integer)
@@ -303,6 +373,7 @@ for _name, _fn in _COMPARISONS.items():
 def mod(ctx, a, b, *, fmod):
     require_dtypes([a, b], is_number)
     require(a.dtype == b.dtype and fmod in (0, 1))
+    _require_nonzero_divisor(ctx, b)
     # fmod=1: C's remainder (the dividend's sign); fmod=0: floormod, numpy's remainder.
     op = "mod" if fmod else "floormod"
     fn = (lambda x, y: call("fmod", x, y)) if a.dtype.is_float and fmod else \
@@ -376,6 +447,21 @@ def _integer_pow(ctx: ComputeContext, x: Tensor, y: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------- variadic
 
 
+def combine_pairwise(values: list[Expr], combine: Fn) -> Expr:
+    """``values`` combined as a balanced tree (``(a+b)+(c+d)``): a Sum of a thousand inputs
+    is an expression 10 levels deep, not 1,000 (every later walk over it recurses that deep).
+    Two or three values combine left to right, as a fold would."""
+    while len(values) > 1:
+        paired = [combine(values[i], values[i + 1]) for i in range(0, len(values) - 1, 2)]
+        if len(values) % 2:
+            if len(paired) == 1:  # three values: (a + b) + c, the fold's order
+                paired[0] = combine(paired[0], values[-1])
+            else:
+                paired.append(values[-1])
+        values = paired
+    return values[0]
+
+
 def _variadic(ctx: ComputeContext, inputs: Sequence[Tensor], combine: Fn, name: str,
               transform: Callable[[Expr], Expr] | None = None,
               finish: Callable[[Expr], Expr] | None = None) -> Tensor:
@@ -383,9 +469,7 @@ def _variadic(ctx: ComputeContext, inputs: Sequence[Tensor], combine: Fn, name: 
     require(len({t.dtype for t in inputs}) == 1)
 
     def fn(*values: Expr) -> Expr:
-        result = values[0]
-        for value in values[1:]:
-            result = combine(result, value)
+        result = combine_pairwise(list(values), combine)
         return finish(result) if finish is not None else result
 
     return elementwise(ctx, inputs, fn, name=name, transform=transform)

@@ -200,8 +200,7 @@ def space_to_depth(ctx, data, *, blocksize, mode):
 
 @compute_of("Concat")
 def concat(ctx, *inputs, axis):
-    """A chain of selects on the position along ``axis``; each piece's load is masked to its
-    own range."""
+    """Selects on the position along ``axis``; each piece's load is masked to its own range."""
     require_storable(*inputs)
     shape = out_shape(ctx)
     axis = normalize_axis(axis, len(shape))
@@ -212,21 +211,33 @@ def concat(ctx, *inputs, axis):
             pieces.append((offset, tensor))
         offset += tensor.shape[axis]
 
-    def body(*i: Expr) -> Expr:
+    total = offset
+
+    def piece(k: int, i: tuple[Expr, ...]) -> Expr:
+        """Piece ``k``'s element, its load masked to its own range (a vector select
+        evaluates both sides, so neither may read outside its tensor)."""
+        start, tensor = pieces[k]
         position = i[axis]
-        result: Expr | None = None
-        for start, tensor in reversed(pieces):
-            local = list(i)
-            local[axis] = position - idx(start)
-            if result is None:  # the last piece: every position not taken before
-                result = masked_load(tensor, local, position.ge(idx(start)))
-                continue
-            inside = position.lt(idx(start + tensor.shape[axis]))
-            if start:
-                inside = logical_and(position.ge(idx(start)), inside)
-            result = Select(inside, masked_load(tensor, local, inside), result)
-        assert result is not None
-        return result
+        local = list(i)
+        local[axis] = position - idx(start)
+        end = start + tensor.shape[axis]
+        inside = position.ge(idx(start)) if start else None
+        if end < total:
+            below = position.lt(idx(end))
+            inside = below if inside is None else logical_and(inside, below)
+        return masked_load(tensor, local, inside)
+
+    def select_tree(lo: int, hi: int, i: tuple[Expr, ...]) -> Expr:
+        """Pieces ``lo..hi-1`` as a balanced tree of selects on the position (a Concat of a
+        thousand inputs is 10 selects deep, not 1,000)."""
+        if hi - lo == 1:
+            return piece(lo, i)
+        middle = (lo + hi) // 2
+        return Select(i[axis].lt(idx(pieces[middle][0])), select_tree(lo, middle, i),
+                      select_tree(middle, hi, i))
+
+    def body(*i: Expr) -> Expr:
+        return select_tree(0, len(pieces), i)
 
     if not pieces:  # every input is empty along the axis: so is the output
         return compute(shape, lambda *i: const_like(0, inputs[0].dtype), name="concat")
