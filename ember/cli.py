@@ -85,8 +85,18 @@ def _fail(message: str) -> int:
     return EXIT_USER
 
 
+class _TerminalSafeParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage, help and error messages escape control characters:
+    an error quotes the argument it refuses (a ``--dim`` value, a file name), and that text
+    may come from anywhere, a model's own names included.  Subcommand parsers are of the
+    same class (argparse makes them with the parent's class)."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        super()._print_message(printable(message) if message else message, file)
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _TerminalSafeParser(
         prog="ember", description="ember: a deep-learning compiler for ONNX models.")
     parser.add_argument("--traceback", action="store_true",
                         help="show the Python traceback of internal errors")

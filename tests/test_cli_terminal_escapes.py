@@ -62,6 +62,21 @@ def test_no_control_character_reaches_the_terminal(tmp_path, capsys, command):
         assert "\\x1b" in out  # the names are shown, escaped
 
 
+@pytest.mark.parametrize("argv", [
+    ["run", "{model}", "--dim", "n=" + HOSTILE["clear"] + HOSTILE["title"]],
+    ["profile", "{model}", "--shape", "x=" + HOSTILE["link"]],
+    ["run", "{model}", "--mode", HOSTILE["c1"]],
+])
+def test_argument_errors_escape_the_argument_they_quote(tmp_path, capsys, argv):
+    """argparse's own error messages quote the refused argument (they wrote it raw)."""
+    model = _model(tmp_path)
+    status = main([part.replace("{model}", model) for part in argv])
+    out, err = capsys.readouterr()
+    assert status == 2 and "error: argument" in err, err
+    assert not RAW.search(out + err), repr(RAW.search(out + err))
+    assert "\\x1b" in err or "\\x9b" in err
+
+
 def test_printable_escapes_and_keeps_ordinary_text():
     assert printable("conv1/weight: f32[64, 3, 7, 7]\tok\n") == \
         "conv1/weight: f32[64, 3, 7, 7]\tok\n"

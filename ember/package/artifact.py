@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -37,7 +38,7 @@ from ember.toolchain.disk import (WriteError, cause_of, is_write_failure, name_t
                                   remedy)
 from ember.runtime.manifest import (DIGEST_FIELD, FORMAT, FORMAT_VERSION, HOST_NODES_FILE,
                                     LIBRARY_FILE, MANIFEST_FILE, WEIGHTS_FILE, parse_manifest,
-                                    seal)
+                                    seal, strict_json, verify_digest)
 
 
 def host_node_entries(build: Build) -> list[dict[str, Any]]:
@@ -249,25 +250,100 @@ _ARTIFACT_FILES = frozenset({MANIFEST_FILE, LIBRARY_FILE, WEIGHTS_FILE, HOST_NOD
 
 
 def _foreign_entries(directory: Path) -> list[str]:
-    """The entries of ``directory`` that are not an artifact's own (relative names)."""
+    """The entries of ``directory`` that ember cannot prove it wrote (relative names).
+
+    Names alone prove nothing (a user's folder may hold a ``manifest.json`` or a
+    ``model.so`` of its own): a file is ember's when a valid, sealed manifest in the
+    directory lists it and its bytes have the digest listed; the manifest itself when it is
+    valid; a block directory's files when ``blocks.json`` pins its manifest by digest."""
+    owned = _files_ember_wrote(directory)
     foreign = []
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
         name = entry.name
-        if entry.is_symlink():
-            foreign.append(name)
-        elif entry.is_dir():
-            is_block = name[:1] == "b" and name[1:].isdigit() and \
-                block_directory(int(name[1:])) == name
-            if not is_block:
-                foreign.append(name + "/")
-                continue
-            for inner in sorted(os.scandir(entry.path), key=lambda e: e.name):
-                if inner.name not in _ARTIFACT_FILES or not inner.is_file(follow_symlinks=False):
-                    foreign.append(f"{name}/{inner.name}")
-        elif not entry.is_file(follow_symlinks=False) or \
-                name not in _ARTIFACT_FILES | {BLOCKS_FILE}:
-            foreign.append(name)
+        if entry.is_dir(follow_symlinks=False) and name[:1] == "b" and name[1:].isdigit() \
+                and block_directory(int(name[1:])) == name:
+            inner_entries = sorted(os.scandir(entry.path), key=lambda e: e.name)
+            foreign += [f"{name}/{inner.name}" for inner in inner_entries
+                        if f"{name}/{inner.name}" not in owned]
+        elif name not in owned:
+            foreign.append(name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
     return foreign
+
+
+_MAX_INDEX_BYTES = 16 * 2**20  # a manifest or block index is a few KiB
+
+
+def _files_ember_wrote(directory: Path) -> set[str]:
+    """Relative names of the files in ``directory`` that an ember save wrote: see
+    :func:`_foreign_entries`."""
+    index = _read_json_file(directory / BLOCKS_FILE)
+    if index is None:
+        return _artifact_files(directory, "")
+    try:
+        blocks = parse_block_index(index, str(directory / BLOCKS_FILE)).blocks
+    except EmberError:
+        return set()
+    owned = {BLOCKS_FILE}
+    for size, digest in blocks:
+        name = block_directory(size)
+        owned |= _artifact_files(directory / name, f"{name}/", pinned=digest)
+    return owned
+
+
+def _artifact_files(directory: Path, prefix: str, pinned: str | None = None) -> set[str]:
+    """The files of the artifact in ``directory`` that its manifest vouches for (names with
+    ``prefix``); none if the manifest is missing, invalid, or not the ``pinned`` one."""
+    data = _read_json_file(directory / MANIFEST_FILE)
+    if data is None:
+        return set()
+    source = str(directory / MANIFEST_FILE)
+    try:
+        digest = verify_digest(data, source)
+        manifest = parse_manifest(data, source)
+    except EmberError:
+        return set()
+    if pinned is not None and digest != pinned:
+        return set()
+    owned = {prefix + MANIFEST_FILE}
+    for name, expected in manifest.files.items():
+        if _sha256_of_regular_file(directory / name) == expected:
+            owned.add(prefix + name)
+    return owned
+
+
+def _read_json_file(path: Path) -> Any | None:
+    """The JSON in ``path`` if it is a small regular file (no symbolic link) that parses
+    strictly, else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
+                     getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_INDEX_BYTES:
+            return None
+        data = file.read(_MAX_INDEX_BYTES + 1)
+    try:
+        return strict_json(data, str(path))
+    except EmberError:
+        return None
+
+
+def _sha256_of_regular_file(path: Path) -> str | None:
+    """The SHA-256 of ``path`` if it is a regular file (no symbolic link), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
+                     getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            return None
+        for chunk in iter(lambda: file.read(2**20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class SaveTargetError(WriteError, FileExistsError):
@@ -302,9 +378,9 @@ def _check_replaceable(path: Path) -> None:
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
                                           if len(foreign) > 5 else "")
-        raise SaveTargetError(f"'{path}' holds files that are not part of an ember artifact "
-                              f"({shown}); not overwriting it: move them away or choose "
-                              f"another path", path)
+        raise SaveTargetError(f"'{path}' holds files that ember did not write, or that "
+                              f"changed since ({shown}); not overwriting it: move them "
+                              f"away or choose another path", path)
 
 
 def _remove_ember_files(directory: Path) -> None:

@@ -153,3 +153,14 @@ def test_external_data_counts_against_the_memory_budget(tmp_path):
     onnx.save(_model(_external("w", WEIGHT, "w.bin")), tmp_path / "m.onnx")
     with pytest.raises(ModelLoadError, match="memory budget"):
         import_onnx(tmp_path / "m.onnx", memory_limit=16)
+
+
+def test_a_location_that_is_not_utf8_is_refused(tmp_path):
+    """protobuf hands an invalid UTF-8 string field over as bytes: the location must be
+    refused with a clear error, never used as a path (it was a TypeError)."""
+    (tmp_path / "wXY.bin").write_bytes(WEIGHT.tobytes())
+    data = _model(_external("w", WEIGHT, "wXY.bin")).SerializeToString()
+    assert data.count(b"wXY.bin") == 1
+    (tmp_path / "m.onnx").write_bytes(data.replace(b"wXY.bin", b"w\xff\xfe.bin"))
+    with pytest.raises(ModelLoadError, match="not valid UTF-8"):
+        import_onnx(tmp_path / "m.onnx")

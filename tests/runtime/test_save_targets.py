@@ -66,6 +66,31 @@ def test_an_artifact_with_a_file_added_is_not_replaced(tmp_path):
     assert _snapshot(target) == before
 
 
+@pytest.mark.parametrize("change", ["user manifest", "library replaced", "unlisted file",
+                                    "copied manifest"])
+def test_files_with_an_artifacts_names_are_not_taken_for_ember_s(tmp_path, change):
+    """File names prove nothing: only files a valid manifest lists, with the bytes it
+    lists, are ember's to replace (a folder of a user's 'manifest.json' and 'model.so' was
+    overwritten)."""
+    target = tmp_path / "m.ember"
+    if change == "user manifest":
+        target.mkdir()
+        (target / "manifest.json").write_text('{"name": "my web app"}')
+        (target / "model.so").write_bytes(b"my own library")
+    else:
+        ember.compile(_model(1.0)).save(target)
+        if change == "library replaced":
+            (target / "model.so").write_bytes(b"my own library")
+        elif change == "unlisted file":
+            (target / "host_nodes.json").write_text("[]")
+        else:  # a valid manifest copied beside a user's files of the same names
+            (target / "weights.safetensors").write_bytes(b"my own weights")
+    before = _snapshot(target)
+    with pytest.raises(FileExistsError, match="did not write"):
+        ember.compile(_model(2.0)).save(target)
+    assert _snapshot(target) == before
+
+
 def test_an_artifact_is_replaced_by_a_new_save(tmp_path):
     target = ember.compile(_model(1.0)).save(tmp_path / "m.ember")
     ember.compile(_model(2.0)).save(target)

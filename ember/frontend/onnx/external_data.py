@@ -97,11 +97,18 @@ def refuse_unloaded_external(tensor: Any, where: str) -> None:
 
 
 def _entries(tensor: Any, where: str) -> dict[str, str]:
+    """The external data entries of ``tensor`` as text.  protobuf hands a string field that
+    is not valid UTF-8 over as bytes: such a key or value (a location, most dangerously) is
+    refused, never used as a path."""
     entries: dict[str, str] = {}
     for entry in tensor.external_data:
-        if entry.key in entries:
-            raise ModelLoadError(f"{where}: external data key '{entry.key}' is given twice")
-        entries[entry.key] = entry.value
+        key, value = entry.key, entry.value
+        if isinstance(key, bytes) or isinstance(value, bytes):
+            raise ModelLoadError(f"{where}: an external data entry ({key!r:.80}: "
+                                 f"{value!r:.80}) is not valid UTF-8 text")
+        if key in entries:
+            raise ModelLoadError(f"{where}: external data key '{key}' is given twice")
+        entries[key] = value
     return entries
 
 
