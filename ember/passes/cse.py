@@ -35,10 +35,29 @@ _RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "Rando
 
 
 def eliminate_common_subexpressions(graph: Graph) -> int:
-    """Merge duplicate constants and nodes in place; returns how many were removed."""
+    """Merge duplicate constants and nodes in place; returns how many were removed.
+
+    One pass in graph order, linear in the graph: a duplicate's outputs join a mapping of
+    pending renames that each later node applies to itself when it is visited (its key then
+    sees the merged inputs), and the duplicates leave the node list at the end -- not one
+    scan of the whole graph per merge.  A duplicate that produces a graph output keeps its
+    name through :func:`remove_and_replace`, after the pending renames are applied."""
     removed = _merge_constants(graph)
     seen: dict[Hashable, Node] = {}
+    pending: dict[str, str] = {}
+    dropped: set[int] = set()
+
+    def apply_pending() -> None:
+        rename_reads(graph, pending)
+        for old in pending:
+            graph.types.pop(old, None)
+        graph.nodes = [n for n in graph.nodes if id(n) not in dropped]
+        pending.clear()
+        dropped.clear()
+
     for node in list(graph.nodes):
+        if pending:
+            _rename_node_reads(node, pending)
         key = _node_key(node)
         if key is None:
             continue
@@ -46,9 +65,25 @@ def eliminate_common_subexpressions(graph: Graph) -> int:
         if original is None:
             seen[key] = node
             continue
-        if _merge_into(graph, node, original):
-            removed += 1
+        replacements = {dup: orig for dup, orig in zip(node.outputs, original.outputs) if dup}
+        if any(dup in graph.outputs for dup in replacements):
+            apply_pending()
+            if remove_and_replace(graph, node, replacements):
+                removed += 1
+            continue
+        pending.update(replacements)
+        dropped.add(id(node))
+        removed += 1
+    if pending or dropped:
+        apply_pending()
     return removed
+
+
+def _rename_node_reads(node: Node, mapping: dict[str, str]) -> None:
+    """``node`` reading ``mapping[name]`` for ``name``, in its subgraphs too."""
+    node.inputs = [mapping.get(name, name) if name else name for name in node.inputs]
+    for sub in node.subgraphs():
+        rename_reads(sub, mapping, outputs=True)
 
 
 # ---------------------------------------------------------------------- constants
@@ -172,11 +207,6 @@ def _nested_constants(graph: Graph) -> tuple:
         for sub in node.subgraphs():
             keys.extend((n, _array_key(a)) for n, a in sub.constants.items())
     return tuple(keys)
-
-
-def _merge_into(graph: Graph, duplicate: Node, original: Node) -> bool:
-    replacements = {dup: orig for dup, orig in zip(duplicate.outputs, original.outputs) if dup}
-    return remove_and_replace(graph, duplicate, replacements)
 
 
 __all__ = ["eliminate_common_subexpressions"]
