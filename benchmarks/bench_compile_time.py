@@ -121,7 +121,9 @@ def build_model(family: str, size: int):
     graph = helper.make_graph(
         nodes, family, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info(output, TensorProto.FLOAT, out_shape)], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # readable by ONNX Runtime too
+    return model
 
 
 def export_decoder(path: Path) -> Path:
