@@ -1,16 +1,20 @@
-"""Fuzz ember with malformed models and tampered artifacts; print the outcome table.
+"""Fuzz ember with malformed models, tampered artifacts, generated graphs, hostile external
+data, control characters on the command line and odd save targets; print the outcome table.
 
     .venv/bin/python tools/fuzz.py                          # 300 cases, session seed 0
     .venv/bin/python tools/fuzz.py --cases 3000 --seed 4    # more, other cases
     .venv/bin/python tools/fuzz.py --kind dims --kind artifact/flip --cases 200
+    .venv/bin/python tools/fuzz.py --kind deep --cases 200  # one family, its large sizes too
     .venv/bin/python tools/fuzz.py --case model/dims/17     # one case, with its details
     .venv/bin/python tools/fuzz.py --case artifact/replace/3 --dump /tmp/cases
 
 The property of every case: ember raises an EmberError or returns a correct result (the
-oracle: ONNX's reference evaluator and ONNX Runtime for models, the untampered artifact's
-outputs bit for bit for artifacts); never a crash, a hang, another exception or a wrong
-result.  The exit status is 1 when a case fails.  The library lives in tests/fuzz/ (see
-its README.md); tests/fuzz/test_fuzz.py runs a fixed set of cases in CI.
+oracle: ONNX's reference evaluator and ONNX Runtime for models, or outputs known exactly;
+the untampered artifact's outputs bit for bit for artifacts; no raw control character on
+the terminal for the command line; no file ember did not write touched for saves); never a
+crash, a hang, another exception or a wrong result.  The exit status is 1 when a case
+fails.  The library lives in tests/fuzz/ (see its README.md); tests/fuzz/test_fuzz.py runs a
+fixed set of cases in CI.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ import numpy as np
 import onnx
 
 from fuzz.feeds import LAYOUT_TRANSFORMS, SIGNATURE_TRANSFORMS
+from fuzz.generate import CLI_KINDS, GENERATED_MODEL_KINDS, SAVE_KINDS, CliCase, SaveCase
+from fuzz.generate.base import NUMBERS_PER_SEED
 from fuzz.mutate import MODEL_KINDS, Mutant, NotApplicable
 from fuzz.seeds import BUILDERS, seed
 from fuzz.tamper import ARTIFACT_KINDS, ArtifactContext
@@ -26,24 +28,32 @@ from fuzz.tamper import NotApplicable as TamperNotApplicable
 
 MODEL = "model"
 ARTIFACT = "artifact"
-CATEGORIES = {MODEL: MODEL_KINDS, ARTIFACT: ARTIFACT_KINDS}
-NUMBERS_PER_SEED = 1_000_000
+CLI = "cli"
+SAVE = "save"
+CATEGORIES = {MODEL: {**MODEL_KINDS, **GENERATED_MODEL_KINDS}, ARTIFACT: ARTIFACT_KINDS,
+              CLI: CLI_KINDS, SAVE: SAVE_KINDS}
 # The seed models that are compiled into the base artifacts of every session: one fully
 # compiled, one with a fallback (host) node, which brings host_nodes.json into play.
 ARTIFACT_SEEDS = ("mlp", "branch")
 # The artifact kind that leaves the artifact intact and changes the run-time inputs instead.
 ARTIFACT_INPUTS = "inputs"
 
-# Relative share of a session's cases per kind.  Controls (the unmutated seeds, the intact
-# artifacts) get one case per seed model or base artifact instead.
+# Relative share of a session's cases per kind, within its category.  Controls (the
+# unmutated seeds, the intact artifacts) get one case per seed model or base artifact
+# instead.  The generated model kinds are few but dear (a deep graph compiles for seconds
+# the first time, a bomb that hangs costs its deadline): 800 cases give each about five.
 MODEL_SHARES = {"dims": 3, "dtype": 3, "attr": 5, "edge": 5, "name": 4, "opset": 2,
-                "init": 4, "const": 3, "structure": 3, "bytes": 3, "inputs": 2, "mixed": 4}
+                "init": 4, "const": 3, "structure": 3, "bytes": 3, "inputs": 2, "mixed": 4,
+                "external": 2, "deep": 0.5, "wide": 0.5, "nest": 0.5, "bomb": 0.5}
 ARTIFACT_SHARES = {"manifest-key": 3, "manifest-type": 3, "manifest-number": 4,
                    "manifest-string": 3, "manifest-list": 2, "manifest-document": 2,
                    "truncate": 2, "flip": 2, "replace": 3, "extra-file": 2, "host-nodes": 2,
                    "weights-header": 3, "inputs": 2}
+SHARES = {MODEL: MODEL_SHARES, ARTIFACT: ARTIFACT_SHARES, CLI: {"escapes": 1},
+          SAVE: {"target": 1}}
 CONTROLS = {(MODEL, "seed"): len(BUILDERS), (ARTIFACT, "intact"): len(ARTIFACT_SEEDS)}
-MODEL_FRACTION = 0.55
+# Share of a session's cases per category (renormalized over the categories selected).
+CATEGORY_FRACTIONS = {MODEL: 0.54, ARTIFACT: 0.43, CLI: 0.015, SAVE: 0.015}
 
 
 @dataclass(frozen=True, order=True)
@@ -85,24 +95,22 @@ def select_kinds(patterns: list[str] | None) -> list[tuple[str, str]]:
 
 def plan(total: int, session_seed: int = 0, patterns: list[str] | None = None) -> list[CaseId]:
     """About ``total`` cases over the selected kinds: the controls, then the rest split by
-    category (MODEL_FRACTION) and by share within it (largest remainders)."""
+    category (CATEGORY_FRACTIONS) and by share within it (largest remainders)."""
     kinds = select_kinds(patterns)
     counts = {kind: min(CONTROLS[kind], total) for kind in kinds if kind in CONTROLS}
     remaining = max(total - sum(counts.values()), 0)
-    shares = {(c, k): (MODEL_SHARES if c == MODEL else ARTIFACT_SHARES)[k]
-              for c, k in kinds if (c, k) not in CONTROLS}
+    shares = {(c, k): SHARES[c][k] for c, k in kinds if (c, k) not in CONTROLS}
     categories = {c for c, _ in shares}
+    per_category = _split(remaining, {(c, ""): CATEGORY_FRACTIONS[c] for c in categories})
     for category in categories:
-        fraction = 1.0 if len(categories) == 1 else (
-            MODEL_FRACTION if category == MODEL else 1 - MODEL_FRACTION)
         own = {kind: share for kind, share in shares.items() if kind[0] == category}
-        counts.update(_split(round(remaining * fraction), own))
+        counts.update(_split(per_category[(category, "")], own))
     start = session_seed * NUMBERS_PER_SEED
     return [CaseId(category, kind, start + i)
             for (category, kind), count in sorted(counts.items()) for i in range(count)]
 
 
-def _split(total: int, shares: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+def _split(total: int, shares: dict[tuple[str, str], float]) -> dict[tuple[str, str], int]:
     weight = sum(shares.values())
     exact = {kind: total * share / weight for kind, share in shares.items()}
     counts = {kind: int(value) for kind, value in exact.items()}
@@ -123,17 +131,24 @@ class ModelCase:
     seed_feeds: dict[str, np.ndarray]
 
     def request(self) -> dict:
-        return {"type": MODEL, "case": str(self.case), "data": self.mutant.data,
-                "as_file": self.mutant.as_file, "files": self.mutant.files,
-                "seed_feeds": self.seed_feeds, "overrides": self.mutant.feed_overrides,
-                "feed_transform": self.mutant.feed_transform}
+        m = self.mutant
+        return {"type": MODEL, "case": str(self.case), "data": m.data,
+                "as_file": m.as_file, "files": m.files,
+                "seed_feeds": self.seed_feeds, "overrides": m.feed_overrides,
+                "feed_transform": m.feed_transform, "layout": m.layout, "source": m.source,
+                "model_path": m.model_path, "base_dir": m.base_dir, "cwd": m.cwd,
+                "byte_patches": m.byte_patches, "oracle_data": m.oracle_data,
+                "expected": m.expected, "oracle": m.oracle, "sentinel": m.sentinel}
 
 
 def build_model_case(case: CaseId) -> ModelCase:
     """The mutant of ``case``: seed models are tried round-robin from ``number`` until the
     mutation applies to one (e.g. ``const`` needs index constants)."""
-    names = list(BUILDERS)
     rng = random.Random(str(case))
+    if case.kind in GENERATED_MODEL_KINDS:
+        mutant = GENERATED_MODEL_KINDS[case.kind](rng, case.number)
+        return ModelCase(case, "generated", mutant, {})
+    names = list(BUILDERS)
     reasons = []
     for offset in range(len(names)):
         name = names[(case.number + offset) % len(names)]
@@ -194,3 +209,16 @@ def remove_tree(path: Path) -> None:
         path.unlink()
     elif path.exists():
         shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- cli and save
+
+
+def build_cli_case(case: CaseId) -> CliCase:
+    """The hostile model and command lines of a ``cli`` case."""
+    return CLI_KINDS[case.kind](random.Random(str(case)), case.number)
+
+
+def build_save_case(case: CaseId) -> SaveCase:
+    """The model and the target laid out for a ``save`` case."""
+    return SAVE_KINDS[case.kind](random.Random(str(case)), case.number)

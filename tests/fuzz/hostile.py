@@ -106,3 +106,35 @@ HOSTILE_DTYPE_NAMES: list[str] = [
     "int4", "", "float32 ", "FLOAT", "f4", "<f4", ">f4", "bool_", "datetime64",
     "float33", "void", "O",
 ]
+
+# Text a terminal interprets rather than shows (kind ``cli/escapes``): escape sequences that
+# clear the screen, retitle the window, write the clipboard or print a link that opens
+# another URL than it shows; C1 controls (8-bit CSI, OSC, NEL); other C0 controls; and the
+# bidirectional formatting characters that make text read differently from what it is.
+TERMINAL_ESCAPES: dict[str, str] = {
+    "clear-screen": "\x1b[2J\x1b[H",
+    "full-reset": "\x1bc",
+    "title-bel": "\x1b]0;pwned\x07",
+    "title-st": "\x1b]2;pwned\x1b\\",
+    "hyperlink": "\x1b]8;;https://evil.example\x1b\\https://good.example\x1b]8;;\x1b\\",
+    "clipboard": "\x1b]52;c;ZWNobyBwd25lZA==\x07",
+    "sgr-color": "\x1b[31;1m",
+    "erase-line": "\x1b[5A\x1b[2K",
+    "device-status-query": "\x1b[6n",
+    "dcs-query": "\x1bP+q544e\x1b\\",
+    "c1-csi": "\x9b2J",
+    "c1-osc": "\x9d0;pwned\x9c",
+    "c1-next-line": "\x85",
+    "bell": "\x07",
+    "backspaces": "abc\x08\x08\x08xyz",
+    "carriage-return": "innocent\rEVIL",
+    "vertical-tab": "a\x0bb",
+    "form-feed": "a\x0cb",
+    "delete": "a\x7fb",
+    "nul": "a\x00b",
+    "lone-escape": "\x1b",
+    "bidi-override": "abc\u202edcb",
+    "bidi-embedding": "\u202bx\u202c",
+    "bidi-isolate": "\u2066x\u2069",
+    "bidi-marks": "\u200e\u200f\u061c",
+}

@@ -20,6 +20,11 @@ from typing import Any, Callable
 
 from fuzz.protocol import MessageReader, Timeout, write_message
 
+# The bounds the workers run under (see Pool's environment): above what any case must
+# compute (fuzz.generate.bombs: MUST_INLINE nodes, loops of at most 10,000 iterations).
+FUZZ_MAX_INLINED_NODES = 10_000
+FUZZ_MAX_LOOP_ITERATIONS = 100_000
+
 TESTS_DIR = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT = 120.0
 LOG_TAIL_LINES = 40
@@ -74,6 +79,13 @@ class Worker:
             [str(TESTS_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env["TMPDIR"] = str(temporary)
         env.setdefault("PYTHONFAULTHANDLER", "1")
+        # ember's bounds on what a model file can make it do, lowered (as a user may) so
+        # that a case reaches them within its deadline: the defaults (10**6 inlined nodes,
+        # 10**7 Loop iterations) take minutes to reach, and a valid model of 10**5 nodes
+        # takes minutes to compile.  The bound is what is tested: refused in time, with an
+        # EmberError that names it.
+        env.setdefault("EMBER_MAX_INLINED_NODES", str(FUZZ_MAX_INLINED_NODES))
+        env.setdefault("EMBER_MAX_LOOP_ITERATIONS", str(FUZZ_MAX_LOOP_ITERATIONS))
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "fuzz.worker", str(write_fd)],

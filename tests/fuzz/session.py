@@ -16,16 +16,21 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from fuzz.cases import (ARTIFACT, ARTIFACT_SEEDS, CONTROLS, MODEL, CaseId,
-                        build_artifact_case, build_model_case, remove_tree)
+from fuzz.cases import (ARTIFACT, ARTIFACT_SEEDS, CLI, CONTROLS, MODEL, SAVE, CaseId,
+                        build_artifact_case, build_cli_case, build_model_case,
+                        build_save_case, remove_tree)
 from fuzz.mutate import Mutant, NotApplicable
-from fuzz.outcomes import (CaseResult, Verdict, classify_artifact, classify_model,
-                           control_verdict)
+from fuzz.outcomes import (CaseResult, Verdict, classify_artifact, classify_cli,
+                           classify_model, classify_save, control_verdict)
 from fuzz.pool import Exchange, Worker, WorkerStartError
 from fuzz.tamper import ArtifactContext
 
 MODEL_BUDGETS = {"": 10.0, "compile": 40.0, "run": 40.0, "oracle": 30.0}
 ARTIFACT_BUDGET = 6.0
+# A command line may compile the model (profile, compile, run --mode compiled); a save
+# compiles it too (from the cache, mostly) and loads the artifact twice.
+CLI_BUDGET = 60.0
+SAVE_BUDGET = 60.0
 PREPARE_BUDGET = 300.0
 Progress = Callable[[CaseResult], None]
 
@@ -34,8 +39,11 @@ def _scale() -> float:
     return float(os.environ.get("EMBER_FUZZ_TIMEOUT_SCALE", "1"))
 
 
-def model_budget(phase: str) -> float:
-    return MODEL_BUDGETS.get(phase, 30.0) * _scale()
+def model_budget(phase: str, overrides: dict[str, float] | None = None) -> float:
+    """Seconds allowed in ``phase``: the case's own deadline for it (a generated graph's
+    grows with its size), else the default."""
+    seconds = (overrides or {}).get(phase) or MODEL_BUDGETS.get(phase, 30.0)
+    return seconds * _scale()
 
 
 def artifact_budget(phase: str) -> float:
@@ -99,6 +107,10 @@ class Session:
         try:
             if case.category == MODEL:
                 return self._model_case(worker, case)
+            if case.category == CLI:
+                return self._cli_case(worker, case)
+            if case.category == SAVE:
+                return self._save_case(worker, case)
             return self._artifact_case(worker, case)
         except NotApplicable as why:
             return CaseResult(str(case), case.category, case.kind, "", str(why),
@@ -114,8 +126,10 @@ class Session:
         built = build_model_case(case)
         if self.dump is not None:
             self._dump_model(case, built.mutant)
-        exchange = worker.run(built.request(), model_budget)
-        verdict, detail, cause = classify_model(exchange, case.kind, built.mutant.description)
+        budgets = built.mutant.budgets
+        exchange = worker.run(built.request(), lambda phase: model_budget(phase, budgets))
+        verdict, detail, cause = classify_model(exchange, case.kind, built.mutant.description,
+                                                built.mutant.must_succeed)
         if (case.category, case.kind) in CONTROLS:
             verdict, detail, cause = control_verdict(verdict, detail, cause)
         return CaseResult(str(case), case.category, case.kind, built.seed_name,
@@ -147,6 +161,37 @@ class Session:
                           built.description, verdict, detail, cause, exchange.seconds,
                           _diagnostics(exchange, verdict))
 
+    def _cli_case(self, worker: Worker, case: CaseId) -> CaseResult:
+        built = build_cli_case(case)
+        if self.dump is not None:
+            target = self.dump / str(case).replace("/", "_")
+            target.mkdir(parents=True, exist_ok=True)
+            (target / "model.onnx").write_bytes(built.data)
+            (target / "commands.txt").write_text(
+                "\n".join(repr(c) for c in built.commands) + f"\nfile name: {built.file_name!r}\n")
+        request = {"type": CLI, "case": str(case), "data": built.data,
+                   "file_name": built.file_name, "commands": built.commands,
+                   "mode": built.mode, "terminal": built.terminal}
+        exchange = worker.run(request, lambda phase: CLI_BUDGET * _scale())
+        verdict, detail, cause = classify_cli(exchange, built.description)
+        return CaseResult(str(case), case.category, case.kind, built.mode, built.description,
+                          verdict, detail, cause, exchange.seconds,
+                          _diagnostics(exchange, verdict))
+
+    def _save_case(self, worker: Worker, case: CaseId) -> CaseResult:
+        built = build_save_case(case)
+        request = {"type": SAVE, "case": str(case), "data": built.data,
+                   "previous_data": built.previous_data, "feeds": built.feeds,
+                   "input_shapes": built.input_shapes, "layout": built.layout,
+                   "previous": built.previous, "extras": built.extras,
+                   "target": built.target, "entry": built.entry,
+                   "overwrite": built.overwrite, "cli_args": built.cli_args}
+        exchange = worker.run(request, lambda phase: SAVE_BUDGET * _scale())
+        verdict, detail, cause = classify_save(exchange, built.description)
+        return CaseResult(str(case), case.category, case.kind, built.entry, built.description,
+                          verdict, detail, cause, exchange.seconds,
+                          _diagnostics(exchange, verdict))
+
     def _dump_model(self, case: CaseId, mutant: Mutant) -> None:
         assert self.dump is not None
         target = self.dump / str(case).replace("/", "_")
@@ -154,6 +199,11 @@ class Session:
         (target / "model.onnx").write_bytes(mutant.data)
         for name, content in mutant.files.items():
             (target / name).write_bytes(content)
+        if mutant.layout:  # the worker lays it out in a scratch directory; list it here
+            (target / "layout.txt").write_text("".join(
+                f"{entry.kind} {entry.path!r} {len(entry.data)} bytes {entry.target!r}\n"
+                for entry in mutant.layout) + f"source={mutant.source} "
+                f"base_dir={mutant.base_dir!r} cwd={mutant.cwd!r}\n")
 
     # ------------------------------------------------------------------ base artifacts
     def _prepare_artifacts(self) -> None:
@@ -190,5 +240,6 @@ def _diagnostics(exchange: Exchange, verdict: Verdict) -> str:
     if verdict in (Verdict.CORRECT, Verdict.EMBER_ERROR):
         return ""
     tracebacks = [e["error"]["traceback"] for e in exchange.events
-                  if e.get("status") == "exception" or e.get("event") == "harness-error"]
+                  if isinstance(e.get("error"), dict) and "traceback" in e["error"]
+                  and (e.get("status") not in ("ember-error", 0, 2) or "recursion" in e["error"])]
     return "\n".join(tracebacks + ([exchange.log_tail] if exchange.log_tail else []))

@@ -20,8 +20,9 @@ from fuzz.cases import plan
 from fuzz.report import full_report
 from fuzz.session import Session
 
-# Sized for CI on two cores: about 20 s with a warm compile cache, 70 s with a cold one, and
-# under 90 s even before the robustness fixes of this session (hangs cost their deadline).
+# Sized for CI on two cores: see the cost table of README.md (a warm compile cache makes most
+# cases milliseconds; the generated families' few cases and any hang, which costs its
+# deadline, make up most of the time).
 CI_CASES = 800
 
 

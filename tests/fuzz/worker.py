@@ -14,6 +14,7 @@ hung worker) prints where it hangs.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import os
@@ -28,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fuzz.layout import SCRATCH, materialize, substitute
 from fuzz.protocol import read_message, write_message
 
 ADDRESS_SPACE_LIMIT = 8 << 30
@@ -50,15 +52,37 @@ def describe_exception(error: BaseException) -> dict[str, Any]:
     elif ember_frames:
         last = ember_frames[-1]
         origin = f"{_relative(last.filename)}:{last.lineno} {last.name}"
-    kind = type(error)
     lines = str(error).strip().splitlines()
-    return {
-        "type": kind.__name__ if kind.__module__ == "builtins" else
-        f"{kind.__module__}.{kind.__qualname__}",
+    described = {
+        "type": _type_name(error),
         "message": (lines[0] if lines else "")[:500],
         "origin": origin,
         "traceback": "".join(traceback.format_exception(error, limit=-15))[-6000:],
     }
+    inner = _wrapped_recursion(error)
+    if inner is not None:
+        # An EmberError made of a RecursionError ("internal compiler error") is still the
+        # recursion the fuzzer looks for: keep where it recursed.
+        described["recursion"] = describe_exception(inner)["origin"] or "outside ember"
+    return described
+
+
+def _type_name(error: BaseException) -> str:
+    kind = type(error)
+    return kind.__name__ if kind.__module__ == "builtins" else \
+        f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _wrapped_recursion(error: BaseException) -> BaseException | None:
+    """The RecursionError that ``error`` was raised from (its cause or context), if any."""
+    seen: set[int] = set()
+    current = error.__cause__ or error.__context__
+    while current is not None and id(current) not in seen:
+        if isinstance(current, RecursionError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _relative(filename: str) -> str:
@@ -76,12 +100,17 @@ def run_model_case(request: dict[str, Any], send: Send) -> None:
     from fuzz.feeds import build_feeds, transform_feeds
 
     with tempfile.TemporaryDirectory(prefix="ember-fuzz-model-") as scratch:
-        source: bytes | str = request["data"]
-        if request["as_file"]:
-            source = _write_model_dir(Path(scratch), request["data"], request["files"])
+        root = Path(scratch)
+        try:
+            data, source, options = _model_source(request, root)
+        except Exception as error:
+            send({"event": "harness-error", "error": describe_exception(error)})
+            return
+        given = source.SerializeToString() if isinstance(source, onnx.ModelProto) else None
         send({"event": "phase", "phase": "compile"})
         try:
-            module = ember.compile(source)
+            with _working_directory(root, request.get("cwd")):
+                module = ember.compile(source, **options)
         except ember.EmberError as error:
             send({"event": "ember", "status": "ember-error", "error": describe_exception(error)})
             return
@@ -89,8 +118,11 @@ def run_model_case(request: dict[str, Any], send: Send) -> None:
             send({"event": "ember", "status": "exception", "error": describe_exception(error),
                   "phase": "compile"})
             return
+        if given is not None and source.SerializeToString() != given:
+            send({"event": "side-effect", "detail": "ember.compile changed the ModelProto it "
+                                                    "was given"})
         try:
-            model = onnx.load_model_from_string(request["data"])
+            model = onnx.load_model_from_string(request.get("oracle_data") or data)
             feeds = transform_feeds(build_feeds(model, request["seed_feeds"],
                                                 request["overrides"]),
                                     request["feed_transform"])
@@ -109,8 +141,132 @@ def run_model_case(request: dict[str, Any], send: Send) -> None:
                   "phase": "run"})
             return
         send({"event": "ember", "status": "ok", "outputs": outputs})
+        if request.get("sentinel"):
+            send({"event": "phase", "phase": "sentinel"})
+            _check_sentinel(module, outputs, request["sentinel"], root, send)
         send({"event": "phase", "phase": "oracle"})
-        send({"event": "oracle", **_run_oracles(request, source, model, feeds, outputs)})
+        oracle_source: bytes | str = request.get("oracle_data") or source
+        if isinstance(oracle_source, onnx.ModelProto):
+            oracle_source = data
+        send({"event": "oracle", **_run_oracles(request, oracle_source, model, feeds,
+                                                outputs)})
+
+
+def _model_source(request: dict[str, Any], root: Path
+                  ) -> tuple[bytes, Any, dict[str, Any]]:
+    """(the serialized model, what ember.compile gets, its keyword arguments): bytes, a
+    ModelProto or a path, after laying out the case's files (``request["layout"]``) and
+    putting the scratch directory's path where the case wrote ``fuzz.layout.SCRATCH``."""
+    import onnx
+
+    data: bytes = request["data"]
+    if request["as_file"]:
+        return data, _write_model_dir(root, data, request["files"]), {}
+    layout = request.get("layout") or []
+    if not layout and not request.get("source"):
+        return data, data, {}
+    materialize(layout, root)
+    if SCRATCH.encode() in data:
+        proto = onnx.load_model_from_string(data)
+        for tensor_proto in _all_tensor_protos(proto):
+            for entry in tensor_proto.external_data:
+                entry.value = substitute(entry.value, root)
+        data = proto.SerializeToString()
+    for old, new in request.get("byte_patches") or []:
+        data = data.replace(old, new)
+    path = root / request["model_path"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    options: dict[str, Any] = {}
+    if request.get("base_dir") is not None:
+        options["base_dir"] = substitute(request["base_dir"], root)
+    source = request.get("source") or "bytes"
+    if source == "path":
+        return data, str(path), options
+    if source == "proto":
+        return data, onnx.load_model_from_string(data), options
+    return data, data, options
+
+
+def _all_tensor_protos(proto) -> list:
+    """Every TensorProto of a model: initializers, sparse initializers' parts, tensor
+    attributes, in subgraphs and functions."""
+    found = []
+
+    def from_nodes(nodes) -> None:
+        for node in nodes:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    found.append(attr.t)
+                found.extend(attr.tensors)
+                if attr.HasField("g"):
+                    from_graph(attr.g)
+                for graph in attr.graphs:
+                    from_graph(graph)
+
+    def from_graph(graph) -> None:
+        found.extend(graph.initializer)
+        for sparse in graph.sparse_initializer:
+            found.extend([sparse.values, sparse.indices])
+        from_nodes(graph.node)
+
+    from_graph(proto.graph)
+    for function in proto.functions:
+        from_nodes(function.node)
+    return found
+
+
+@contextlib.contextmanager
+def _working_directory(root: Path, relative: str | None):
+    """Run inside ``root / relative`` (``None``: where the worker is)."""
+    if relative is None:
+        yield
+        return
+    previous = os.getcwd()
+    os.chdir(root / relative)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def sentinel_windows(pattern: bytes) -> list[bytes]:
+    """Every 16-byte window of the repeated ``pattern``: data read at any offset of a
+    sentinel file shows one of them."""
+    doubled = pattern * 2
+    return [doubled[i:i + len(pattern)] for i in range(len(pattern))]
+
+
+def find_sentinel(blob: bytes, windows: list[bytes]) -> bool:
+    return any(window in blob for window in windows)
+
+
+def _check_sentinel(module, outputs: list[np.ndarray], pattern: bytes, root: Path,
+                    send: Send) -> None:
+    """The sentinel planted outside the allowed directory must be in no output and in no
+    file of an artifact saved from the module."""
+    import ember
+
+    windows = sentinel_windows(pattern)
+    for index, output in enumerate(outputs):
+        if output.dtype != object and find_sentinel(np.ascontiguousarray(output).tobytes(),
+                                                    windows):
+            send({"event": "leak", "where": f"output {index}"})
+            return
+    saved = root / "saved-artifact"
+    try:
+        module.save(saved)
+    except ember.EmberError:
+        return  # not every module can be saved; the outputs were checked
+    except Exception as error:
+        send({"event": "save-error", "error": describe_exception(error)})
+        return
+    for folder, _, names in os.walk(saved):
+        for name in names:
+            path = Path(folder) / name
+            if path.is_file() and find_sentinel(path.read_bytes(), windows):
+                send({"event": "leak", "where": f"saved artifact file {path.relative_to(saved)}"})
+                return
 
 
 def _write_model_dir(directory: Path, data: bytes, files: dict[str, bytes]) -> str:
@@ -127,6 +283,15 @@ def _run_oracles(request: dict[str, Any], source: bytes | str, model, feeds,
 
     from fuzz import oracle
 
+    mode = request.get("oracle") or "onnx"
+    if mode == "expected":
+        verdict = oracle.judge(outputs, [oracle.OracleRun("expected", request["expected"])])
+        return {"agrees": verdict.agrees, "ran": verdict.ran,
+                "mismatches": verdict.mismatches, "rejections": [], "checker": "valid"}
+    if mode == "impossible":
+        return {"agrees": False, "ran": ["expected"], "rejections": [], "checker": "valid",
+                "mismatches": ["expected: no result is possible in time (the model never "
+                               "ends, or its output cannot fit in memory)"]}
     evaluated = model
     if request["as_file"]:
         try:
@@ -219,9 +384,21 @@ def misbehave(request: dict[str, Any], send: Send) -> None:
         raise ValueError("misbehaving on purpose")
 
 
+def run_cli_case(request: dict[str, Any], send: Send) -> None:
+    from fuzz.worker_cli import run_cli_case as run
+
+    run(request, send)
+
+
+def run_save_case(request: dict[str, Any], send: Send) -> None:
+    from fuzz.worker_save import run_save_case as run
+
+    run(request, send)
+
+
 HANDLERS: dict[str, Callable[[dict[str, Any], Send], None]] = {
     "model": run_model_case, "artifact": run_artifact_case, "prepare": prepare_artifacts,
-    "misbehave": misbehave,
+    "misbehave": misbehave, "cli": run_cli_case, "save": run_save_case,
 }
 
 

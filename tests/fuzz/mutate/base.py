@@ -31,6 +31,22 @@ class Mutant:
     write the model (and ``files`` beside it) to a directory and pass its path instead of
     bytes, so that external-data references are resolved; ``feed_transform`` names a change
     of the run-time inputs (``fuzz.feeds.transform_feeds``) made in the worker.
+
+    The generated families (``fuzz.generate``) need more, all optional:
+
+    * file system: ``layout`` (entries made in the case's scratch directory, see
+      ``fuzz.layout``), ``source`` (how ember gets the model: ``bytes``, ``proto`` or
+      ``path`` -- then written to ``model_path``), ``base_dir`` and ``cwd`` (relative to the
+      scratch directory, ``None``: not given / unchanged), ``byte_patches`` (equal-length
+      replacements in the serialized model, for text protobuf cannot hold);
+    * what is correct: ``oracle_data`` (the model the oracle runs, when ember's differs only
+      in how it is stored, e.g. the legitimate load of external data), ``expected`` (outputs
+      known analytically, for models no oracle runs in time; then ``oracle="expected"``),
+      ``must_succeed`` (the model is valid and within what ember should handle: an
+      EmberError is a failure too), ``sentinel`` (bytes planted outside the allowed
+      directory that must never appear in an output or a saved artifact);
+    * ``budgets``: seconds per phase, replacing the session's defaults (a generated graph's
+      compile deadline grows with its size).
     """
 
     data: bytes
@@ -39,6 +55,18 @@ class Mutant:
     as_file: bool = False
     files: dict[str, bytes] = field(default_factory=dict)
     feed_transform: str = ""
+    layout: list = field(default_factory=list)  # list[fuzz.layout.Entry]
+    source: str = ""
+    model_path: str = "model/model.onnx"
+    base_dir: str | None = None
+    cwd: str | None = None
+    byte_patches: list[tuple[bytes, bytes]] = field(default_factory=list)
+    oracle_data: bytes | None = None
+    expected: list[np.ndarray] | None = None
+    oracle: str = "onnx"
+    must_succeed: bool = False
+    sentinel: bytes = b""
+    budgets: dict[str, float] = field(default_factory=dict)
 
 
 # A mutator (one per kind) turns a private copy of a seed model into a Mutant.
