@@ -83,7 +83,7 @@ def inline_stages(stages: list[Stage], outputs: list[Tensor]) -> InlinePlan:
             _forget(stage, remaining, reads_of, readers_of)
             continue
         if not (_should_inline(stage, bodies[id(stage)], readers, bodies)
-                and _stays_bounded(bodies[id(stage)], readers, bodies)):
+                and _stays_bounded(stage, bodies[id(stage)], readers, bodies)):
             continue
         for reader in readers:
             bodies[id(reader)] = _substitute_stage(bodies[id(reader)], stage,
@@ -108,14 +108,17 @@ def _forget(stage: Stage, remaining: dict[int, Stage], reads_of: dict[int, set[B
         readers_of.get(read, {}).pop(id(stage), None)
 
 
-def _stays_bounded(body: Expr, readers: list[Stage], bodies: dict[int, Expr]) -> bool:
-    """Whether substituting ``body`` into every reader keeps each reader's body within the
-    size and depth bounds (an upper estimate: the depths add up, the sizes multiply by the
-    number of reads)."""
+def _stays_bounded(stage: Stage, body: Expr, readers: list[Stage],
+                   bodies: dict[int, Expr]) -> bool:
+    """Whether substituting ``body`` (``stage``'s) into every reader keeps each reader's body
+    within the size and depth bounds (an upper estimate: the depths add up, the size grows
+    by the body's for every read of the stage)."""
     size, depth = expression_size(body)
+    buffer = stage.output.buffer
     for reader in readers:
         reader_size, reader_depth = expression_size(bodies[id(reader)])
-        reads = sum(1 for n in walk(bodies[id(reader)]) if isinstance(n, (BufferLoad, Load)))
+        reads = sum(1 for n in walk(bodies[id(reader)])
+                    if isinstance(n, (BufferLoad, Load)) and n.buffer == buffer)
         if reader_depth + depth > MAX_INLINED_DEPTH or \
                 reader_size + size * max(reads, 1) > MAX_INLINED_NODES:
             return False
