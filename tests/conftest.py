@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager, Iterator
 
 import numpy as np
 import onnx
@@ -81,3 +82,27 @@ def logged_builds(caplog) -> Callable[[], list[str]]:
                 if any(phrase in message for phrase in BUILD_MESSAGES)]
 
     return builds
+
+
+@pytest.fixture(scope="session")
+def deadline() -> Callable[[int], ContextManager[None]]:
+    """``with deadline(seconds):`` fails the test (instead of hanging the suite) if the block
+    runs longer than ``seconds``: how tests of ember's bounds on hostile models show that
+    the work stops."""
+    import signal
+
+    @contextlib.contextmanager
+    def within(seconds: int) -> Iterator[None]:
+        def expire(signum, frame):
+            pytest.fail(f"still running after {seconds} s: the work is not bounded")
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.alarm(seconds)
+        try:
+            yield
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+
+    return within
+

@@ -163,29 +163,10 @@ def _signature_literal(value: dict[str, Any]) -> str:
     return '"' + text.replace('"', '\\"') + '"'
 
 
-_RANGE_CHECK = """
-/* 1 if some of every stride-th of the n values at p lies outside [lo, hi): a branch-free
-   scan (stride 1, all values, is the loop that vectorizes). */
-static int em_out_of_range_{tag}(const {ctype} *p, int64_t n, int64_t stride, int64_t lo,
-                                 int64_t hi)
-{{
-  int bad = 0;
-  if (stride == 1) {{
-    for (int64_t i = 0; i < n; ++i)
-      bad |= {test};
-  }} else {{
-    for (int64_t i = 0; i < n; i += stride)
-      bad |= {test};
-  }}
-  return bad;
-}}
-"""
-
-
-_EXCLUDED_CHECK = """
-/* 1 if some of every stride-th of the n values at p lies in [lo, hi) (lo >= 0 for unsigned
-   types): the check of an integer divisor, [0, 1). */
-static int em_holds_{tag}(const {ctype} *p, int64_t n, int64_t stride, int64_t lo, int64_t hi)
+_SCAN = """
+/* 1 if some of every stride-th of the n values at p {meaning}: a branch-free scan (stride 1,
+   all values, is the loop that vectorizes). */
+static int {name}_{tag}(const {ctype} *p, int64_t n, int64_t stride, int64_t lo, int64_t hi)
 {{
   int bad = 0;
   if (stride == 1) {{
@@ -201,21 +182,23 @@ static int em_holds_{tag}(const {ctype} *p, int64_t n, int64_t stride, int64_t l
 
 
 def _range_check_helper(dtype: DType) -> str:
-    ctype = storage_ctype(dtype)
     if dtype == DType.UINT64:  # never below lo <= 0; compare unsigned to stay exact
         test = "p[i] >= (uint64_t)hi"
     else:
         test = "((int64_t)p[i] < lo) | ((int64_t)p[i] >= hi)"
-    return _RANGE_CHECK.format(tag=dtype.numpy.name, ctype=ctype, test=test)
+    return _SCAN.format(name="em_out_of_range", meaning="lies outside [lo, hi)",
+                        tag=dtype.numpy.name, ctype=storage_ctype(dtype), test=test)
 
 
 def _excluded_check_helper(dtype: DType) -> str:
-    ctype = storage_ctype(dtype)
     if dtype.is_signed:
         test = "((int64_t)p[i] >= lo) & ((int64_t)p[i] < hi)"
     else:  # compared as uint64, exact for every unsigned type; the checks give lo >= 0
         test = "((uint64_t)p[i] >= (uint64_t)lo) & ((uint64_t)p[i] < (uint64_t)hi)"
-    return _EXCLUDED_CHECK.format(tag=dtype.numpy.name, ctype=ctype, test=test)
+    return _SCAN.format(name="em_holds",
+                        meaning="lies in [lo, hi) (lo >= 0 for unsigned types; [0, 1) checks "
+                                "an integer divisor)",
+                        tag=dtype.numpy.name, ctype=storage_ctype(dtype), test=test)
 
 
 def generate_entry(g: Graph, steps: list[EntryStep], weight_offsets: dict[str, int],

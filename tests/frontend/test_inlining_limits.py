@@ -12,8 +12,6 @@ handle a construct (attribute references, left-out inputs).
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import time
 
 import numpy as np
@@ -38,22 +36,6 @@ X = np.array([1.5, -2.0], np.float32)
 def _default_bound(monkeypatch):
     """Every test starts from the default bound, whatever the environment says."""
     monkeypatch.delenv(MAX_INLINED_NODES_ENV, raising=False)
-
-
-@contextlib.contextmanager
-def _deadline(seconds: int):
-    """Fail (instead of hanging the suite) if the block runs longer than ``seconds``."""
-
-    def expire(signum, frame):
-        pytest.fail(f"still running after {seconds} s: the work is not bounded")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _vi(name: str, elem: int = F32, shape=(2,)):
@@ -108,10 +90,10 @@ def _doubling_model(levels: int):
 # ----------------------------------------------------------------------------- expansion size
 
 
-def test_an_exponential_expansion_is_refused_before_any_of_it_is_made():
+def test_an_exponential_expansion_is_refused_before_any_of_it_is_made(deadline):
     data = _doubling_model(31).SerializeToString()
     assert len(data) < 2600  # a 2 KB file ...
-    with _deadline(20):
+    with deadline(20):
         start = time.perf_counter()
         with pytest.raises(ModelLoadError) as error:
             import_onnx(data)
@@ -174,7 +156,7 @@ def _higher_order_model(levels: int):
                   [_vi("x"), _vi("c", BOOL, ())], [_vi("y")], functions)
 
 
-def test_graphs_passed_as_attributes_count_once_per_copy():
+def test_graphs_passed_as_attributes_count_once_per_copy(deadline):
     model = _higher_order_model(5)  # 15 If nodes and 16 Neg nodes, in nested branches
     graph = import_onnx(model, max_inlined_nodes=31)
     assert sum(1 for _ in graph.walk()) == 31
@@ -183,15 +165,15 @@ def test_graphs_passed_as_attributes_count_once_per_copy():
                                   _oracle(model, feeds, inline=True)[0])
     with pytest.raises(ModelLoadError, match="expands to 31 nodes"):
         import_onnx(model, max_inlined_nodes=30)
-    with _deadline(20), pytest.raises(ModelLoadError, match="expands to 1,099,511,627,775 nodes"):
+    with deadline(20), pytest.raises(ModelLoadError, match="expands to 1,099,511,627,775 nodes"):
         import_onnx(_higher_order_model(40))  # 2**40 - 1
 
 
-def test_the_bound_holds_even_if_the_count_were_wrong(monkeypatch):
+def test_the_bound_holds_even_if_the_count_were_wrong(monkeypatch, deadline):
     """Every node an expansion makes is counted too, so an undercount (a bug) cannot lift the
     bound: here the count is made to say 0."""
     monkeypatch.setattr(_Importer, "_expanded_size", lambda self, nodes, uses: 0)
-    with _deadline(20), pytest.raises(ModelLoadError, match=r"model-local function 'local.F0', "
+    with deadline(20), pytest.raises(ModelLoadError, match=r"model-local function 'local.F0', "
                                                            r"called by node 'top' .* makes "
                                                            r"more than 100 nodes"):
         import_onnx(_doubling_model(20), max_inlined_nodes=100)

@@ -10,8 +10,6 @@ the bound give onnx's ReferenceEvaluator's results.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 
 import numpy as np
 import pytest
@@ -34,23 +32,6 @@ V0 = np.array([0.0], np.float32)
 def _default_bound(monkeypatch):
     """Every test starts from the default bound, whatever the environment says."""
     monkeypatch.delenv(MAX_LOOP_ITERATIONS_ENV, raising=False)
-
-
-@contextlib.contextmanager
-def _deadline(seconds: int):
-    """Fail (instead of hanging the suite) if the block runs longer than ``seconds``; in a
-    compiled model the failure surfaces from the host node that was running."""
-
-    def expire(signum, frame):
-        pytest.fail(f"still running after {seconds} s: the loop is not bounded")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _loop_model(trips: int | None, cond: bool, stop_at: int | None = None):
@@ -92,8 +73,8 @@ def _run(model, mode: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_trip_count_of_2_62_without_a_condition_is_refused_at_once(mode):
-    with _deadline(60), pytest.raises(ExecutionError) as error:
+def test_a_trip_count_of_2_62_without_a_condition_is_refused_at_once(mode, deadline):
+    with deadline(60), pytest.raises(ExecutionError) as error:
         _run(_loop_model(2**62, cond=False), mode)
     message = str(error.value)
     for fragment in ("node 'counter' (Loop)", f"more than {DEFAULT_MAX_LOOP_ITERATIONS:,} "
@@ -107,9 +88,10 @@ def test_a_trip_count_of_2_62_without_a_condition_is_refused_at_once(mode):
     (2**62, "its condition stayed true and its trip count is 4,611,686,018,427,387,904"),
     (None, "its condition stayed true"),
 ])
-def test_a_condition_that_stays_true_is_stopped_at_the_bound(monkeypatch, mode, trips, why):
+def test_a_condition_that_stays_true_is_stopped_at_the_bound(monkeypatch, mode, trips, why,
+                                                           deadline):
     monkeypatch.setenv(MAX_LOOP_ITERATIONS_ENV, "1000")
-    with _deadline(60), pytest.raises(ExecutionError) as error:
+    with deadline(60), pytest.raises(ExecutionError) as error:
         _run(_loop_model(trips, cond=True), mode)
     message = str(error.value)
     for fragment in ("node 'counter' (Loop) would run more than 1,000 iterations", f"({why})",
@@ -127,14 +109,14 @@ def test_a_condition_that_stays_true_is_stopped_at_the_bound(monkeypatch, mode, 
     (2**62, True, 10, 10),       # well before the bound
 ])
 def test_loops_up_to_the_bound_run_as_onnx_says(monkeypatch, mode, trips, cond, stop_at,
-                                                 iterations):
+                                                 iterations, deadline):
     monkeypatch.setenv(MAX_LOOP_ITERATIONS_ENV, "1000")
     model = _loop_model(trips, cond, stop_at)
     expected = V0 + iterations
     if cond:  # ReferenceEvaluator runs no iteration without a condition input, against the spec
         np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, {"v0": V0})[0],
                                       expected)
-    with _deadline(60):
+    with deadline(60):
         np.testing.assert_array_equal(_run(model, mode), expected)
 
 

@@ -34,37 +34,27 @@ def _fields_of_type(node_type: type) -> tuple[str, ...]:
 
 def rewrite(node, fn: RewriteFn):
     """Post-order rewrite of an Expr/Stmt tree (buffers are not visited)."""
-    if isinstance(node, tuple):
-        items = tuple(rewrite(x, fn) for x in node)
-        return items if any(a is not b for a, b in zip(items, node)) else node
-    if not isinstance(node, (Expr, Stmt)):
-        return node
-    changes = {}
-    for name in _children_fields(node):
-        value = getattr(node, name)
-        if isinstance(value, (Expr, Stmt, tuple)):
-            new = rewrite(value, fn)
-            if new is not value:
-                changes[name] = new
-    rebuilt = dataclasses.replace(node, **changes) if changes else node
-    replaced = fn(rebuilt)
-    return rebuilt if replaced is None else replaced
+    return _rewrite(node, fn, (Expr, Stmt))
 
 
 def rewrite_stmts(node, fn: RewriteFn):
     """:func:`rewrite` over statements only: expressions are kept as they are, unvisited (a
     structural change -- replacing a loop -- costs the statement count, not the expression
     size)."""
+    return _rewrite(node, fn, (Stmt,))
+
+
+def _rewrite(node, fn: RewriteFn, kinds: tuple[type, ...]):
     if isinstance(node, tuple):
-        items = tuple(rewrite_stmts(x, fn) for x in node)
+        items = tuple(_rewrite(x, fn, kinds) for x in node)
         return items if any(a is not b for a, b in zip(items, node)) else node
-    if not isinstance(node, Stmt):
+    if not isinstance(node, kinds):
         return node
     changes = {}
     for name in _children_fields(node):
         value = getattr(node, name)
-        if isinstance(value, (Stmt, tuple)):
-            new = rewrite_stmts(value, fn)
+        if isinstance(value, (*kinds, tuple)):
+            new = _rewrite(value, fn, kinds)
             if new is not value:
                 changes[name] = new
     rebuilt = dataclasses.replace(node, **changes) if changes else node
@@ -75,37 +65,28 @@ def rewrite_stmts(node, fn: RewriteFn):
 def walk(node) -> Iterator[object]:
     """Every Expr and Stmt in the tree, pre-order (iterative: no recursion, and no chain of
     nested generators whose cost grows with the depth of the tree)."""
-    pending = [node]
-    while pending:
-        current = pending.pop()
-        if isinstance(current, tuple):
-            pending.extend(reversed(current))
-            continue
-        if not isinstance(current, (Expr, Stmt)):
-            continue
-        yield current
-        fields = _children_fields(current)
-        for name in reversed(fields):
-            value = getattr(current, name)
-            if isinstance(value, (Expr, Stmt, tuple)):
-                pending.append(value)
+    return _walk(node, (Expr, Stmt))
 
 
 def walk_stmts(node) -> Iterator[Stmt]:
     """Every Stmt in the tree, pre-order, without entering expressions (loop and statement
     queries need not visit every arithmetic node of every body)."""
+    return _walk(node, (Stmt,))
+
+
+def _walk(node, kinds: tuple[type, ...]) -> Iterator[object]:
     pending = [node]
     while pending:
         current = pending.pop()
         if isinstance(current, tuple):
             pending.extend(reversed(current))
             continue
-        if not isinstance(current, Stmt):
+        if not isinstance(current, kinds):
             continue
         yield current
         for name in reversed(_children_fields(current)):
             value = getattr(current, name)
-            if isinstance(value, (Stmt, tuple)):
+            if isinstance(value, (*kinds, tuple)):
                 pending.append(value)
 
 
