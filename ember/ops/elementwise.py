@@ -213,7 +213,7 @@ _unary("Erf", erf_of, "Gauss error function erf(x) (Erf-9 also took integers: tr
 # Add, Sub and Mul also fold shape values, whose elements may be symbolic dims.
 
 
-@op("Add", family="elementwise", infer=broadcast_infer())
+@op("Add", family="elementwise", infer=broadcast_infer(), commutative=True)
 def add(ctx, a, b):
     """a + b with broadcasting (integers wrap around)."""
     return like_input(np.add(a, b), a)
@@ -225,7 +225,7 @@ def sub(ctx, a, b):
     return like_input(np.subtract(a, b), a)
 
 
-@op("Mul", family="elementwise", infer=broadcast_infer())
+@op("Mul", family="elementwise", infer=broadcast_infer(), commutative=True)
 def mul(ctx, a, b):
     """a * b with broadcasting."""
     return like_input(np.multiply(a, b), a)
@@ -322,7 +322,7 @@ def _bitwise(name: str, ufunc: np.ufunc, doc: str) -> None:
         return np.asarray(ufunc(a, b)).astype(a.dtype, copy=False)
 
     reference.__doc__ = doc
-    op(name, family="elementwise", infer=_integer_broadcast)(reference)
+    op(name, family="elementwise", infer=_integer_broadcast, commutative=True)(reference)
 
 
 _bitwise("BitwiseAnd", np.bitwise_and, "Bitwise a & b with broadcasting.")
@@ -346,6 +346,9 @@ def _reduce_inputs(ufunc: np.ufunc, inputs: Sequence[np.ndarray]) -> np.ndarray:
     return np.asarray(result).astype(inputs[0].dtype, copy=False)
 
 
+# Max and Min are not declared commutative: on a tie they return the second operand, as numpy
+# and the C helper (ember/codegen/c_helpers.py, minmax) do, so Max(-0.0, 0.0) is 0.0 but
+# Max(0.0, -0.0) is -0.0 (a sign that 1/x or copysign can see).  NaN propagates either way.
 @op("Max", family="elementwise", infer=broadcast_infer(), inputs=(1, -1))
 def max_(ctx, *inputs):
     """Elementwise maximum of all inputs, with broadcasting (NaN propagates)."""
@@ -358,7 +361,7 @@ def min_(ctx, *inputs):
     return _reduce_inputs(np.minimum, inputs)
 
 
-@op("Sum", family="elementwise", infer=broadcast_infer(), inputs=(1, -1))
+@op("Sum", family="elementwise", infer=broadcast_infer(), inputs=(1, -1), commutative=True)
 def sum_(ctx, *inputs):
     """Elementwise sum of all inputs, with broadcasting (floats accumulate in float32+)."""
     if DType.from_numpy(inputs[0].dtype).is_float:
@@ -366,7 +369,7 @@ def sum_(ctx, *inputs):
     return _reduce_inputs(np.add, inputs)
 
 
-@op("Mean", family="elementwise", inputs=(1, -1),
+@op("Mean", family="elementwise", inputs=(1, -1), commutative=True,
     infer=broadcast_infer(accepts=is_float, what=FLOAT_TENSOR))
 def mean(ctx, *inputs):
     """Elementwise mean of all inputs, with broadcasting."""

@@ -28,23 +28,24 @@ from ember.ops.registry import Attr, InferContext, InferFn, RefContext, op
 
 
 
-def _binary(name: str, ufunc: np.ufunc, doc: str, infer: InferFn) -> None:
+def _binary(name: str, ufunc: np.ufunc, doc: str, infer: InferFn,
+            commutative: bool = False) -> None:
     """Register ``ufunc(a, b)`` (a bool result) as op ``name``."""
 
     def reference(ctx, a, b):
         return np.asarray(ufunc(a, b))
 
     reference.__doc__ = doc
-    op(name, family="logical", infer=infer)(reference)
+    op(name, family="logical", infer=infer, commutative=commutative)(reference)
 
 
 # ----------------------------------------------------------------------------- boolean logic
 
 _bool_broadcast = broadcast_infer(accepts=is_bool, what=BOOL_TENSOR)
 
-_binary("And", np.logical_and, "a AND b with broadcasting.", _bool_broadcast)
-_binary("Or", np.logical_or, "a OR b with broadcasting.", _bool_broadcast)
-_binary("Xor", np.logical_xor, "a XOR b with broadcasting.", _bool_broadcast)
+_binary("And", np.logical_and, "a AND b with broadcasting.", _bool_broadcast, commutative=True)
+_binary("Or", np.logical_or, "a OR b with broadcasting.", _bool_broadcast, commutative=True)
+_binary("Xor", np.logical_xor, "a XOR b with broadcasting.", _bool_broadcast, commutative=True)
 
 
 @op("Not", family="logical", infer=same_type_infer(is_bool, BOOL_TENSOR))
@@ -68,7 +69,7 @@ def _symbolic_equal(ctx: RefContext, a: np.ndarray, b: np.ndarray) -> np.ndarray
 _comparison = broadcast_infer(DType.BOOL)
 
 
-@op("Equal", family="logical", infer=_comparison)
+@op("Equal", family="logical", infer=_comparison, commutative=True)
 def equal(ctx, a, b):
     """a == b with broadcasting (numbers, bools or strings)."""
     if has_symbols(a) or has_symbols(b):

@@ -405,7 +405,7 @@ def _infer_dropout(ctx: InferContext) -> list[ValueType | None]:
 
 
 @op("Dropout", family="norm", infer=_infer_dropout, outputs=(1, 2),
-    attrs={"seed": Attr.int(None)})
+    attrs={"seed": Attr.int(None)}, random=True)
 def dropout(ctx, data, ratio=None, training_mode=None, *, seed):
     """Identity with an all-true mask (inference, or training with ratio 0)."""
     _check_dropout_mode(ctx, ratio, training_mode)

@@ -11,6 +11,9 @@ An OpDef is everything ember knows about an op, in one place:
   anchor or opaque), which decides what the fusion pass may put in one kernel with it,
 * whether constant folding may evaluate it at compile time (``foldable``: not control flow,
   whose bodies are graphs of their own),
+* algebraic and behavioural facts that passes ask about instead of keeping op-name tables of
+  their own: ``commutative`` (the two inputs of a two-input node may be swapped) and
+  ``random`` (the op draws random numbers, so two equal nodes are not the same value),
 * its cost rule (``flops``, from ``ember.ops.cost``; bytes moved follow from the types),
 * the declarative compute definition that lowering turns into a loop nest (``compute``,
   attached by ``ember.ops.compute``).
@@ -139,6 +142,16 @@ class OpDef:
     optional_inputs: frozenset[int] = frozenset()
     pattern: PatternKind = PatternKind.OPAQUE
     foldable: bool = True
+    # ``op(a, b)`` and ``op(b, a)`` are the same value, bit for bit (NaN payloads aside), for
+    # every input type the op accepts.  For a variadic op this speaks of a node with two
+    # inputs only: with three or more, float rounding depends on the order of the inputs.
+    # Read by CSE (``ember/passes/cse.py``) and the pattern matcher
+    # (``ember/passes/patterns.py``).
+    commutative: bool = False
+    # The op draws random numbers (in some mode), so two nodes with equal inputs and
+    # attributes are different values: CSE never merges them.  An op with a ``seed``
+    # attribute must say so (tests/ops/test_opdef_facts.py).
+    random: bool = False
     doc: str = ""
     # Attached when the registry loads; None means "not available".
     compute: Any = None  # ember.ops.compute: the compute definition
@@ -258,6 +271,8 @@ def op(
     outputs: tuple[int, int] = (1, 1),
     pattern: PatternKind | None = None,
     foldable: bool = True,
+    commutative: bool = False,
+    random: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated numpy reference as op ``name``.
 
@@ -265,13 +280,17 @@ def op(
     ``ctx`` are inputs, those defaulting to None optional, ``*args`` variadic.  ``pattern``
     defaults to the family's (:data:`FAMILY_PATTERNS`), with elementwise ops of several
     inputs counted as broadcasting.  ``foldable=False`` keeps constant folding from evaluating
-    the op at compile time.
+    the op at compile time.  ``commutative`` and ``random`` are the facts of the same names
+    on :class:`OpDef`; a commutative op must take two inputs (or be variadic).
     """
 
     def register(reference: Callable[..., Any]) -> Callable[..., Any]:
         if name in _REGISTRY:
             raise ValueError(f"op {name} registered twice")
         min_in, max_in = inputs if inputs is not None else _arity_from_signature(reference)
+        if commutative and max_in not in (2, -1):
+            raise ValueError(f"op {name}: only an op of two inputs (or variadic) can be "
+                             f"commutative")
         _REGISTRY[name] = OpDef(
             name=name,
             family=family,
@@ -285,6 +304,8 @@ def op(
             optional_inputs=_optional_positions(reference),
             pattern=pattern if pattern is not None else _default_pattern(family, max_in),
             foldable=foldable,
+            commutative=commutative,
+            random=random,
             doc=inspect.getdoc(reference) or "",
         )
         return reference

@@ -8,12 +8,14 @@ by two readers.  The later node is removed and its readers read the earlier node
 
 Constants are deduplicated first, by value (dtype, shape and bytes, and in a traced build the
 run-time sizes they stand for), so that nodes reading two copies of the same weight or scalar
-compare equal too.  The inputs of the commutative binary ops (Add, Mul, And, Or, Xor, Equal
-and the bitwise ones) are compared as a set: IEEE addition and multiplication are
-commutative, so ``a + b`` and ``b + a`` are the same value.
+compare equal too.  The two inputs of a node of a commutative op (``OpDef.commutative``: Add,
+Mul, And, Or, Xor, Equal, the bitwise ones, and Sum and Mean of two inputs) are compared as a
+set: IEEE addition and multiplication are commutative, so ``a + b`` and ``b + a`` are the
+same value.
 
-Never merged: ops that draw random numbers (each call is a new sample), and nodes with
-subgraphs unless the subgraphs are identical (same printed form, same constants).
+Never merged: ops that draw random numbers (``OpDef.random``: each call is a new sample), and
+nodes with subgraphs unless the subgraphs are identical (same printed form, same
+constants).
 """
 
 from __future__ import annotations
@@ -27,11 +29,6 @@ from ember.ir.graph import Graph, Node
 from ember.ir.printer import format_graph
 from ember.ops.registry import get_op
 from ember.passes.rewrite import remove_and_replace, rename_reads
-
-_COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Xor", "Equal", "BitwiseAnd",
-                          "BitwiseOr", "BitwiseXor"})
-_RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                     "Multinomial", "Bernoulli", "Dropout"})
 
 
 def eliminate_common_subexpressions(graph: Graph) -> int:
@@ -168,17 +165,15 @@ def _array_key(array: np.ndarray) -> Hashable | None:
 
 
 def _node_key(node: Node) -> Hashable | None:
-    if node.op in _RANDOM:
-        return None
     opdef = get_op(node.op)
-    if opdef is None or "seed" in opdef.attrs:
+    if opdef is None or opdef.random:
         return None
     try:
         attrs = opdef.resolve_attrs(node)
     except Exception:  # noqa: BLE001 - a malformed node is the verifier's to report
         return None
     inputs: tuple[str, ...] = tuple(node.inputs)
-    if node.op in _COMMUTATIVE and len(inputs) == 2:
+    if opdef.commutative and len(inputs) == 2:
         inputs = tuple(sorted(inputs))
     attr_key = tuple(sorted((k, _attr_key(v)) for k, v in attrs.items()))
     outputs = tuple(bool(o) for o in node.outputs)

@@ -10,7 +10,8 @@ A pattern is a tree built from four kinds of leaves and nodes::
 
 and two that absorb the freedom exporters take with arithmetic:
 
-* :class:`Op` matches the commutative binary ops (Add, Mul) with their operands either way;
+* :class:`Op` matches a two-input node of a commutative op (``OpDef.commutative``: Add, Mul,
+  And, Equal ...) with its operands either way;
 * :class:`Product` matches a tree of Mul (and Div by a constant) nodes in any association and
   order, as a list of factors and a scalar scale: ``Product(x, t, scale=0.5)`` matches
   ``0.5 * x * t``, ``(x * 0.5) * t``, ``x * (t * 0.5)``, ``x * t / 2`` and the like.
@@ -43,8 +44,6 @@ from ember.ir.graph import Graph, Node
 from ember.ops.registry import get_op
 from ember.ir.types import TensorType
 from ember.passes.rewrite import GraphIndex, same_type
-
-COMMUTATIVE = frozenset({"Add", "Mul"})
 
 
 class Pattern:
@@ -280,8 +279,10 @@ def _match_op(pattern: Op, index: GraphIndex, value: str, m: Match) -> Iterator[
     if pattern.name is not None:
         start.nodes[pattern.name] = node
     orders = [node.inputs[:count]]
-    if node.op in COMMUTATIVE and count == 2 and node.inputs[0] != node.inputs[1]:
-        orders.append(node.inputs[1::-1])
+    if count == 2 and node.inputs[0] != node.inputs[1]:
+        opdef = get_op(node.op)
+        if opdef is not None and opdef.commutative:
+            orders.append(node.inputs[1::-1])
     for inputs in orders:
         yield from _match_all(pattern.inputs, inputs, index, start)
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from ember.core.traced import SizeTrace, remember_traced, tracing
+from ember.interp import ReferenceExecutor
 from ember.ir.graph import Graph, Node
 from ember.ir.parser import parse_graph
+from ember.passes.infer_shapes import infer_shapes
 from ember.passes.cse import eliminate_common_subexpressions as cse
 from ember.passes.testing import assert_pass, assert_unchanged
 from pass_helpers import check_numerics, ops
@@ -46,6 +48,53 @@ def test_commutative_operands_match_either_way_others_do_not():
           %d = Sub(%z, %x)
           %w = Mul(%c, %d)
         }""", changed=1)
+
+
+def _merge_swapped(op: str, dtype: str) -> tuple[Graph, Graph]:
+    """``Concat(op(x, z), op(z, x))`` before and after CSE (the Concat shows both values)."""
+    text = f"""
+        graph g(%x: {dtype}[2, 3], %z: {dtype}[3]) -> (%y: {dtype}[4, 3]) {{
+          %a = {op}(%x, %z)
+          %b = {op}(%z, %x)
+          %y = Concat(%a, %b) {{axis=0}}
+        }}"""
+    before, after = parse_graph(text), parse_graph(text)
+    infer_shapes(before)
+    infer_shapes(after)
+    assert cse(after) == 1
+    return before, after
+
+
+def test_swapped_operands_of_add_and_and_merge_into_one_node():
+    """The commutativity CSE reads from the OpDef: one Add (one And) is left, and the graph
+    computes what numpy says before and after."""
+    rng = np.random.default_rng(0)
+    cases = {
+        "Add": ("f32", rng.standard_normal((2, 3)).astype(np.float32),
+                rng.standard_normal(3).astype(np.float32), np.add),
+        "And": ("bool", rng.random((2, 3)) < 0.5, np.array([True, False, True]),
+                np.logical_and),
+    }
+    for op, (dtype, x, z, oracle) in cases.items():
+        before, after = _merge_swapped(op, dtype)
+        assert ops(after) == [op, "Concat"]
+        assert after.nodes[1].inputs == ["a", "a"]
+        expected = np.concatenate([oracle(x, z), oracle(z, x)])
+        for graph in (before, after):
+            y = ReferenceExecutor(graph).run({"x": x, "z": z})["y"]
+            assert y.dtype == expected.dtype
+            np.testing.assert_array_equal(y, expected)
+
+
+def test_swapped_operands_of_max_do_not_merge():
+    """Max is not commutative in ember's semantics (a tie returns the second operand, so the
+    sign of a zero depends on the order): its two nodes stay."""
+    assert_unchanged(cse, """
+        graph g(%x: f32[3], %z: f32[3]) -> (%y: f32[6]) {
+          %a = Max(%x, %z)
+          %b = Max(%z, %x)
+          %y = Concat(%a, %b) {axis=0}
+        }""")
 
 
 def test_different_attributes_do_not_merge():
@@ -166,7 +215,7 @@ def test_multi_output_nodes_merge_output_by_output():
 
 def test_ops_that_draw_random_numbers_never_merge():
     # ember implements no random op; Dropout (random in training) stands for them: the
-    # rule is by op name and by a 'seed' attribute in the op's schema.
+    # rule is the op's OpDef.random (tests/ops/test_opdef_facts.py pins which ops).
     assert_unchanged(cse, """
         graph g(%x: f32[2, 3]) -> (%y: f32[2, 3], %z: f32[2, 3]) {
           %y = Dropout(%x)

@@ -36,6 +36,27 @@ def test_values_bind_once_and_commutative_operands_match_either_way():
     assert found is not None and found.values == {"x": "x", "other": "z"}
 
 
+def test_every_commutative_op_of_the_registry_matches_either_way():
+    """The matcher asks the OpDef (``commutative``), not a list of its own: Equal and And
+    match with their operands swapped, Sub and Less do not."""
+    index = _index("""
+        graph g(%x: f32[4], %p: bool[4]) -> (%e: bool[4], %a: bool[4], %s: f32[4], %l: bool[4]) {
+          const %one: f32[] = 1.0
+          %e = Equal(%one, %x)
+          %a = And(%p, %e)
+          %s = Sub(%one, %x)
+          %l = Less(%one, %x)
+        }""")
+    one = Constant("c", scalar(1.0))
+    found = match(Op("Equal", Value("v"), one), index, "e")
+    assert found is not None and found.values == {"v": "x", "c": "one"}
+    found = match(Op("And", Op("Equal", Value("v"), one), Value("q")), index, "a")
+    assert found is not None and found.values["q"] == "p"
+    assert match(Op("Sub", Value("v"), one), index, "s") is None
+    assert match(Op("Less", Value("v"), one), index, "l") is None
+    assert match(Op("Less", one, Value("v")), index, "l") is not None
+
+
 def test_products_match_in_any_association_with_their_scale():
     index = _index(GRAPH)
     factors, scale, nodes = flatten_product(index, "y")
