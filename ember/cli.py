@@ -268,6 +268,19 @@ def _inspect(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _print_loop_stages(console: Console, impl: Any) -> None:
+    """A kernel's loop IR after each loop stage, then its workload key and schedule config."""
+    for record in impl.stages:
+        note = "" if record.name == "lower" else \
+            f" ({'changed' if record.changed else 'unchanged'}, {record.seconds * 1e3:.2f} ms)"
+        console.print(Text(f"loop IR after {record.name}{note}:", style="bold"))
+        if record.ir is not None and (record.changed or record.name == "lower"):
+            console.out(record.ir, highlight=False)
+    if impl.workload_key:
+        console.print(Text(f"workload key {impl.workload_key}; config: {impl.config}",
+                           style="bold"))
+
+
 def _inspect_stages(args: argparse.Namespace, graph: Graph, shapes: dict[str, tuple[int, ...]],
                     console: Console) -> None:
     """``inspect --stages``: compile once with every pass dumped, then show each stage."""
@@ -276,8 +289,9 @@ def _inspect_stages(args: argparse.Namespace, graph: Graph, shapes: dict[str, tu
     from ember.inspect.terminal import kernels_table, memory_table, passes_table
 
     opt_level = 2 if args.opt_level is None else args.opt_level
-    stages = collect_stages(graph, shapes, BuildOptions(opt_level=opt_level,
-                                                        memory_limit=args.memory_limit))
+    stages = collect_stages(graph, shapes, BuildOptions(
+        opt_level=opt_level, memory_limit=args.memory_limit,
+        keep_loop_stages=args.kernel is not None))
     console.print()
     console.print(passes_table(stages))
     show_ir = args.ir if args.ir is not None else len(stages.graph.nodes) <= SMALL_GRAPH_NODES
@@ -295,6 +309,7 @@ def _inspect_stages(args: argparse.Namespace, graph: Graph, shapes: dict[str, tu
         kernel = stages.select_kernel(args.kernel)
         console.print(Text(f"kernel {kernel.index}: {kernel.symbol} ({kernel.ops}; nodes "
                            f"{', '.join(kernel.nodes)})", style="bold"))
+        _print_loop_stages(console, kernel.impl)
         console.out(stages.kernel_source(kernel), highlight=False)
     if args.html is not None:
         write_html(stages, args.html, args.model.name)

@@ -139,6 +139,22 @@ def test_kernel_prints_its_c_function_as_compiled(tmp_path, capsys):
     assert "static void" not in out  # without --kernel: the list only
 
 
+def test_kernel_shows_its_loop_ir_after_every_loop_stage_and_its_config(tmp_path, capsys):
+    from ember.schedule.pipeline import LOOP_STAGES
+
+    model = _model(tmp_path)
+    status, out, err = _run(capsys, "inspect", model, "--kernel", "0", "--dim", "N=4", "--no-ir")
+    assert status == 0, err
+    headings = [line for line in out.splitlines() if line.startswith("loop IR after ")]
+    assert [h.split()[3].rstrip(":") for h in headings] == \
+        ["lower"] + [stage.name for stage in LOOP_STAGES]
+    # the lowered kernel is printed, and the GEMM template replaced its product
+    lowered = out[out.index("loop IR after lower:"):out.index("loop IR after gemm_template")]
+    assert "func k0_" in lowered and "gemm 4x" not in lowered
+    assert "loop IR after gemm_template (changed" in out and "gemm 4x32x32" in out
+    assert "workload key " in out and "gemm0.tile=" in out
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_the_extracted_kernel_is_a_complete_c_function(tmp_path):
     """Everything before the function in its translation unit, then the function alone: it

@@ -35,8 +35,9 @@ from ember.ir.loop.stmt import For, ForKind, Gemm, Store
 if TYPE_CHECKING:
     from ember.codegen.c import _KernelEmitter
 
-# Multiply-adds from which a product is shared among threads.
-PARALLEL_WORK = 1 << 17
+# Elements copied from which the up-front packing of B is shared among threads (whether the
+# product's tasks are is its ``GemmKnobs.parallel``, decided by the schedule).
+PACK_PARALLEL_WORK = 1 << 17
 
 # Tasks are handed out one at a time (chunks of one task), not split in fixed halves: on a
 # shared machine a worker often starts late (its vCPU was idle, or another process holds it),
@@ -173,7 +174,7 @@ def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
     em.line(depth, f"{{ /* gemm {s.m}x{s.n}x{s.k}" + (f" x {batch}" if batch > 1 else "") +
             f": tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks of "
             f"{knobs.mc}x{knobs.nc} */")
-    pack_in_task = _packs_in_task(s, blocks_m, batch, per_element)
+    pack_in_task = knobs.pack_in_task
     if per_element:
         # B differs per batch element: pack and multiply one element at a time
         bt = em.names.fresh("bt")
@@ -191,20 +192,6 @@ def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
     em.line(depth, "}")
 
 
-def _packs_in_task(s: Gemm, blocks_m: int, batch: int, per_element: bool) -> bool:
-    """Whether each task packs its own panels of B right before multiplying them, instead of
-    one loop packing all of B first.
-
-    Packing in the task keeps the panels in the core's L2 between their packing and their use
-    (a convolution's im2col B is megabytes: packed all at once, it went to memory and came
-    back).  It needs every panel to belong to exactly one task: one block of rows (else each
-    row block would pack the same panels again), and per batch element either its own copy of
-    the panels or one element at a time."""
-    if s.pack is None or s.b_direct or blocks_m != 1:
-        return False
-    return per_element or batch == 1 or s.pack.shape[0] == batch
-
-
 def _panels(s: Gemm) -> int:
     return -(-s.n // s.knobs.nr)
 
@@ -219,7 +206,7 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
                 blocks_per_element: int | None, pack_in_task: bool = False) -> None:
     """The parallel loop over tasks (blocks of rows x panels, and batch elements when
     ``blocks_per_element`` is given: then the batch variables are decoded per task); with
-    ``pack_in_task``, each task first packs its own panels of B (see _packs_in_task)."""
+    ``pack_in_task``, each task first packs its own panels of B (``GemmKnobs.pack_in_task``)."""
     knobs = s.knobs
     mr, nr, lanes = knobs.mr, knobs.nr, knobs.lanes
     pack_a = knobs.pack_a and not s.a_packed
@@ -249,7 +236,7 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     blocks_m, blocks_n, panels_per_task = _task_grid(s)
     fresh, line = em.names.fresh, em.line
     task = fresh("task")
-    parallel = tasks > 1 and s.m * s.n * s.k * (tasks // (blocks_m * blocks_n)) >= PARALLEL_WORK
+    parallel = tasks > 1 and knobs.parallel
 
     def task_body(inner: int) -> None:
         bt, tm, tn = fresh("bt"), fresh("tm"), fresh("tn")
@@ -375,7 +362,7 @@ def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int, copies: int = 1) -> No
             _emit_pack_panel(em, s, inner, p, bt, first, (q, kk, j, rest, offsets, src, dst))
 
     _task_loop(em, depth, copies * count, t, panel_body,
-               copies * count * s.k * nr >= PARALLEL_WORK)
+               copies * count * s.k * nr >= PACK_PARALLEL_WORK)
 
 
 def _task_loop(em: "_KernelEmitter", depth: int, count: int, index: str,

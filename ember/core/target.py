@@ -18,14 +18,23 @@ one library that runs on a whole fleet::
     wasm32                 WebAssembly with SIMD128
 
 and ``+feature`` suffixes add features: ``x86_64-avx512+avx512_vnni+avx512_bf16``.
+
+The schedule also needs the memory hierarchy and the parallelism of the machine: the sizes of
+the L1 data, L2 and L3 caches (a GEMM's reduction blocks are sized so that a panel of B stays
+in L1) and the number of threads the kernels will share.  ``Target.native()`` reads them from
+``/sys/devices/system/cpu`` and the process's CPU affinity, once; the named targets assume a
+common machine (32 KiB L1, 1 MiB L2, 32 MiB L3, 2 threads).  Either can be overridden for a
+build with :meth:`Target.with_machine` (``Target.native().with_machine(l2_bytes=2 << 20)``).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ember.core.dtypes import DType
@@ -68,6 +77,12 @@ _TRIPLES = {"x86_64": "x86_64-unknown-linux-gnu", "aarch64": "aarch64-unknown-li
             "wasm32": "wasm32-unknown-wasi"}
 
 
+DEFAULT_L1D_BYTES = 32 << 10
+DEFAULT_L2_BYTES = 1 << 20
+DEFAULT_L3_BYTES = 32 << 20
+DEFAULT_THREADS = 2
+
+
 @dataclass(frozen=True)
 class Target:
     """A compilation target.  Build one with :meth:`native` or :meth:`parse`."""
@@ -76,12 +91,21 @@ class Target:
     triple: str
     features: frozenset[str] = frozenset()
     march: tuple[str, ...] = ()
+    # The machine's memory hierarchy and parallelism (see the module docstring).
+    l1d_bytes: int = DEFAULT_L1D_BYTES
+    l2_bytes: int = DEFAULT_L2_BYTES
+    l3_bytes: int = DEFAULT_L3_BYTES
+    threads: int = DEFAULT_THREADS
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise TargetError(f"unknown target kind {self.kind!r}; expected one of {KINDS}")
         object.__setattr__(self, "features", frozenset(self.features))
         object.__setattr__(self, "march", tuple(self.march))
+        for name in ("l1d_bytes", "l2_bytes", "l3_bytes", "threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise TargetError(f"target {name} must be a positive integer, got {value!r}")
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -113,6 +137,21 @@ class Target:
                 "x86_64-avx512, aarch64 or wasm32, optionally with +feature suffixes")
         return target._with_features(extra) if extra else target
 
+    def with_machine(self, *, l1d_bytes: int | None = None, l2_bytes: int | None = None,
+                     l3_bytes: int | None = None, threads: int | None = None) -> "Target":
+        """This target with the given cache sizes or thread count instead of the detected
+        (or assumed) ones."""
+        changes = {name: value for name, value in (
+            ("l1d_bytes", l1d_bytes), ("l2_bytes", l2_bytes), ("l3_bytes", l3_bytes),
+            ("threads", threads)) if value is not None}
+        return replace(self, **changes)
+
+    def machine_dict(self) -> dict[str, int]:
+        """The memory hierarchy and thread count the schedule assumed (for manifests and
+        tuning records; not part of :meth:`to_dict`, which names the instruction set)."""
+        return {"l1d_bytes": self.l1d_bytes, "l2_bytes": self.l2_bytes,
+                "l3_bytes": self.l3_bytes, "threads": self.threads}
+
     def _with_features(self, extra: list[str]) -> "Target":
         """This target with more features and the compiler flags that enable them."""
         known = {"x86_64": _X86_FEATURE_FLAGS, "aarch64": _ARM_FEATURES,
@@ -122,15 +161,15 @@ class Target:
             raise TargetError(f"unknown {self.arch} feature(s) {unknown}; known: {sorted(known)}")
         features = self.features | set(extra)
         if self.kind == "native":  # -march=native already enables what the host has
-            return Target(self.kind, self.triple, features, self.march)
+            return replace(self, features=features)
         if self.arch == "x86_64":
             flags = [flag for f in extra for flag in _X86_FEATURE_FLAGS[f]]
-            return Target(self.kind, self.triple, features, self.march + tuple(flags))
+            return replace(self, features=features, march=self.march + tuple(flags))
         if self.arch == "aarch64":
             extensions = "".join(_ARM_FEATURES[f][1] for f in sorted(features))
-            return Target(self.kind, self.triple, features, (f"-march=armv8.2-a{extensions}",))
+            return replace(self, features=features, march=(f"-march=armv8.2-a{extensions}",))
         flags = tuple(f"-m{f.replace('_', '-')}" for f in sorted(features))
-        return Target(self.kind, self.triple, features, flags)
+        return replace(self, features=features, march=flags)
 
     # ----------------------------------------------------------------- properties
     @property
@@ -212,4 +251,42 @@ def _native() -> Target:
     system = {"linux": "unknown-linux-gnu", "darwin": "apple-darwin"}.get(
         sys.platform, f"unknown-{sys.platform}")
     march = ("-mcpu=native",) if arch == "aarch64" else ("-march=native",)
-    return Target("native", f"{arch}-{system}", features_from_cpuinfo(arch, flags), march)
+    caches = read_cache_sizes(Path("/sys/devices/system/cpu/cpu0/cache"))
+    try:
+        threads = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        threads = os.cpu_count() or DEFAULT_THREADS
+    return Target("native", f"{arch}-{system}", features_from_cpuinfo(arch, flags), march,
+                  l1d_bytes=caches.get(1, DEFAULT_L1D_BYTES),
+                  l2_bytes=caches.get(2, DEFAULT_L2_BYTES),
+                  l3_bytes=caches.get(3, DEFAULT_L3_BYTES), threads=max(1, threads))
+
+
+def read_cache_sizes(folder: Path) -> dict[int, int]:
+    """Bytes of the data (or unified) cache at each level, from a Linux sysfs cache folder
+    (``index0`` ... with ``level``, ``type`` and ``size`` files such as ``48K``); levels it
+    does not describe are absent (a machine without sysfs gives an empty dict)."""
+    sizes: dict[int, int] = {}
+    try:
+        entries = sorted(folder.glob("index*"))
+    except OSError:
+        return sizes
+    for entry in entries:
+        try:
+            level = int((entry / "level").read_text().strip())
+            kind = (entry / "type").read_text().strip()
+            size = _parse_size((entry / "size").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified") and size > 0:
+            sizes[level] = size
+    return sizes
+
+
+def _parse_size(text: str) -> int:
+    """``48K`` / ``2048K`` / ``32M`` / ``1048576`` as bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B")
+    if text and text[-1] in units:
+        return int(text[:-1]) * units[text[-1]]
+    return int(text)

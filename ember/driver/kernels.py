@@ -10,6 +10,7 @@ its numpy reference through the ``host`` callback (reported with its reason).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ember.codegen.c_names import c_identifier
 from ember.core.errors import CompileError, EmberError
@@ -37,6 +38,14 @@ class KernelImpl:
     # group input position -> constant that replaces it (a weight packed at compile time
     # into the layout the kernel reads: see ember.schedule.gemm.Prepack)
     packed_inputs: dict[int, str] = field(default_factory=dict)
+    # The schedule (set once the kernel is scheduled, see ember.schedule.pipeline): the
+    # kernel's workload key, the complete config applied, its knobs (the search space), the
+    # trace of the steps applied, and what each loop stage did.
+    workload_key: str = ""
+    config: Any = None
+    space: tuple = ()
+    trace: Any = None
+    stages: tuple = ()
 
     @property
     def inputs(self) -> list[str]:

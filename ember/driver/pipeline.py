@@ -42,6 +42,7 @@ from ember.passes.specialize import specialize
 
 if TYPE_CHECKING:
     from ember.codegen.c import CUnits
+    from ember.schedule.config import KernelConfig
     from ember.ir.loop.stmt import PrimFunc
     from ember.toolchain.units import UnitBuild
 
@@ -59,6 +60,13 @@ class BuildOptions:
     # Which graph passes to print before/after (PassContext.dump: a pass name or "all"); the
     # dumps stay on Build.pass_context, which is how `ember inspect --stages` shows each stage.
     dump: str | None = None
+    # Schedule configs by workload key (ember.schedule.workload): a kernel whose key is listed
+    # is scheduled with that config, any other with the default heuristic (a tuner's records).
+    kernel_configs: Mapping[str, "KernelConfig"] = field(default_factory=dict)
+    # Keep each kernel's loop IR after every loop stage (KernelImpl.stages), for inspection;
+    # and verify the loop IR after every stage.
+    keep_loop_stages: bool = False
+    verify_loop_stages: bool = False
 
 
 @dataclass
@@ -133,11 +141,6 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
                 options: BuildOptions | None = None) -> Build:
     """Compile ``graph`` for the given input shapes (required for dynamic dims)."""
     from ember.codegen.c import kernel_unit
-    from ember.ir.loop.index_simplify import simplify_indices
-    from ember.schedule.default import default_schedule
-    from ember.schedule.hoist import hoist_invariant_divisions
-    from ember.schedule.partition import partition_guarded_loops
-    from ember.schedule.reductions import vectorize_reductions
     from ember.toolchain.units import UnitBuild, UnitSource
 
     options = options or BuildOptions()
@@ -179,12 +182,8 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
             if impl.func is None:
                 continue
             with _internal_errors(f"scheduling kernel {impl.index} ({_members(impl)})"):
-                if options.opt_level >= 1:
-                    _use_gemm_template(g, impl, options.target)
-                scheduled = default_schedule(impl.func, options.target)
-                scheduled = vectorize_reductions(scheduled, options.target)
-                scheduled = simplify_indices(partition_guarded_loops(scheduled))
-                impl.func = _element_aligned_inputs(g, impl, hoist_invariant_divisions(scheduled))
+                _schedule(g, impl, options)
+                impl.func = _element_aligned_inputs(g, impl, impl.func)
                 if trace is not None:
                     impl.func = _with_runtime_dims(impl.func, len(trace.names))
             if unit_build is not None:
@@ -371,14 +370,24 @@ def node_reads(node: Node) -> list[str]:
     return [n for n in node.inputs if n] + node.implicit_inputs()
 
 
-def _use_gemm_template(g: Graph, impl: KernelImpl, target: Target) -> None:
-    """Matrix products of ``impl`` onto the GEMM template; constant B operands are packed
-    here, once, into new constants that the step passes instead of the originals."""
-    from ember.schedule.gemm import use_gemm_template
+def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions) -> None:
+    """Run the loop stages on ``impl``'s kernel with the config its workload key has in
+    ``options.kernel_configs`` (else the default heuristic); constant operands the GEMM
+    template packs are packed here, once, into new constants that the step passes instead of
+    the originals."""
+    from ember.schedule.pipeline import schedule_kernel
+    from ember.schedule.workload import workload_key
 
     constants = frozenset(i for i, name in enumerate(impl.group.inputs) if name in g.constants)
-    impl.func, prepacks = use_gemm_template(impl.func, target, constants)
-    for prepack in prepacks:
+    impl.workload_key = workload_key(impl.func, options.target, constants)
+    scheduled = schedule_kernel(impl.func, options.target,
+                                options.kernel_configs.get(impl.workload_key),
+                                constant_params=constants, opt_level=options.opt_level,
+                                verify=options.verify_loop_stages,
+                                keep_ir=options.keep_loop_stages)
+    impl.func, impl.config, impl.trace = scheduled.func, scheduled.config, scheduled.trace
+    impl.space, impl.stages = scheduled.space, scheduled.stages
+    for prepack in scheduled.prepacks:
         source = impl.group.inputs[prepack.param]
         name = f"{source}.packed{impl.index}"
         while name in g.constants or name in g.types:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Var
 from ember.ir.loop.functor import rewrite, substitute, walk
 from ember.ir.loop.simplify import simplify
+from ember.schedule.primitives import ScheduleError
 from ember.ir.loop.stmt import (Allocate, For, Gemm, GemmKnobs, PrimFunc, Seq, Stmt, Store,
                                 seq)
 
@@ -60,6 +62,9 @@ ALL_COPIES_BYTES = 32 << 20
 MIN_ROWS_TO_PACK = 4
 # The most scratch a run-time packed (im2col) B may take.
 MAX_PACK_BYTES = 64 << 20
+# Multiply-adds of one product (per batch element when B differs per element) from which its
+# tasks run on the thread pool.
+PARALLEL_WORK = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -104,83 +109,229 @@ class _Product:
     result: Var
 
 
-def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset[int] = frozenset()
+@dataclass(frozen=True)
+class GemmShape:
+    """What a chooser of a product's blocking knows about it: its sizes, the batch its
+    blocking plans for (1 when B differs per batch element), how many products the batch
+    loops run in all, whether B is a weight packed at compile time and whether the run-time
+    packing of B is an im2col gather."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    products: int
+    b_prepacked: bool
+    gathered: bool
+
+    def default_knobs(self, target: Target, tile: tuple[int, int] | None = None) -> GemmKnobs:
+        """The default blocking (sizes planned for by class: call it only for a product that
+        takes the template, or its guards would tie a traced build to sizes it need not)."""
+        return default_knobs(self.m, self.n, self.k, self.batch, target, tile)
+
+
+_UNCHOSEN = GemmKnobs(0, 0, 0, 0, 0, 0)  # a product's knobs until its chooser decides them
+
+
+class GemmChooser:
+    """Decides, product by product (``index`` counts the products of a kernel met so far),
+    whether it takes the template and with which knobs.  The base class is the default
+    heuristic; :class:`ember.schedule.pipeline` subclasses it to ask a kernel config."""
+
+    def __init__(self, target: Target):
+        self.target = target
+
+    def knobs(self, index: int, shape: GemmShape) -> GemmKnobs | None:
+        """The blocking of product ``index``, or None to keep its plain loops."""
+        return shape.default_knobs(self.target) if template_pays(shape, self.target) else None
+
+    def finish(self, index: int, gemm: Gemm, pack_in_task_legal: bool) -> GemmKnobs:
+        """The final knobs once B's packing is known: pack in the task wherever every panel
+        belongs to one task; run the tasks in parallel when there is enough work."""
+        return replace(gemm.knobs, pack_in_task=pack_in_task_legal,
+                       parallel=default_parallel(gemm))
+
+
+class ReplayChooser(GemmChooser):
+    """Knobs as a trace recorded them (one entry per product met; None: plain loops)."""
+
+    def __init__(self, target: Target, recorded: list[dict[str, Any] | None], kernel: str):
+        super().__init__(target)
+        self.recorded = list(recorded)
+        self.kernel = kernel
+
+    def _entry(self, index: int) -> GemmKnobs | None:
+        if index >= len(self.recorded):
+            raise ScheduleError(f"{self.kernel}: the trace lists {len(self.recorded)} matrix "
+                                f"product(s) but the kernel has more")
+        entry = self.recorded[index]
+        return GemmKnobs(**entry) if entry is not None else None
+
+    def knobs(self, index: int, shape: GemmShape) -> GemmKnobs | None:
+        return self._entry(index)
+
+    def finish(self, index: int, gemm: Gemm, pack_in_task_legal: bool) -> GemmKnobs:
+        knobs = self._entry(index)
+        if knobs is None or (knobs.pack_in_task and not pack_in_task_legal):
+            raise ScheduleError(f"{self.kernel}: matrix product {index} cannot pack B in its "
+                                f"tasks (its panels are shared between tasks)")
+        return knobs
+
+
+class RecordingChooser(GemmChooser):
+    """Passes the questions to ``inner`` and keeps the final knobs of every product."""
+
+    def __init__(self, target: Target, inner: GemmChooser | None):
+        super().__init__(target)
+        self.inner = inner if inner is not None else GemmChooser(target)
+        self.final: list[GemmKnobs | None] = []
+
+    def knobs(self, index: int, shape: GemmShape) -> GemmKnobs | None:
+        self.final.append(None)  # until finished (a product may still keep its loops)
+        return self.inner.knobs(index, shape)
+
+    def finish(self, index: int, gemm: Gemm, pack_in_task_legal: bool) -> GemmKnobs:
+        knobs = self.inner.finish(index, gemm, pack_in_task_legal)
+        self.final[index] = knobs
+        return knobs
+
+    def used(self) -> list[dict[str, Any] | None]:
+        return [k.to_dict() if k is not None else None for k in self.final]
+
+
+def template_pays(shape: GemmShape, target: Target) -> bool:
+    """The heuristic: the template pays for products with at least a vector of columns and
+    ``MIN_GEMM_WORK`` multiply-adds, and, when B is packed at run time, at least
+    ``MIN_ROWS_TO_PACK`` rows (packing costs as much as a product with fewer rows -- a
+    depthwise convolution: one row per channel -- gains)."""
+    if shape.n < target.lanes_for(DType.FLOAT32) or \
+            shape.m * shape.n * shape.k * shape.products < MIN_GEMM_WORK:
+        return False
+    return shape.b_prepacked or shape.m >= MIN_ROWS_TO_PACK
+
+
+def default_parallel(gemm: Gemm) -> bool:
+    """Tasks run on the thread pool when each batch element's product (or all of them, when
+    their panels are packed together) does at least ``PARALLEL_WORK`` multiply-adds."""
+    batch = math.prod(e for _, e in gemm.batch)
+    per_element = gemm.pack is not None and gemm.b_moves_with_batch and gemm.pack.shape[0] == 1
+    return gemm.m * gemm.n * gemm.k * (1 if per_element else batch) >= PARALLEL_WORK
+
+
+def can_pack_in_task(gemm: Gemm) -> bool:
+    """Whether each task may pack its own panels of B right before multiplying them.
+
+    Packing in the task keeps the panels in the core's L2 between their packing and their use
+    (a convolution's im2col B is megabytes: packed all at once, it went to memory and came
+    back).  It needs every panel to belong to exactly one task: one block of rows (else each
+    row block would pack the same panels again), and per batch element either its own copy of
+    the panels or one element at a time."""
+    if gemm.pack is None or gemm.b_direct or -(-gemm.m // gemm.knobs.mc) != 1:
+        return False
+    batch = math.prod(e for _, e in gemm.batch)
+    per_element = gemm.b_moves_with_batch and gemm.pack.shape[0] == 1
+    return per_element or batch == 1 or gemm.pack.shape[0] == batch
+
+
+def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset[int] = frozenset(),
+                      chooser: GemmChooser | None = None
                       ) -> tuple[PrimFunc, tuple[Prepack, ...]]:
     """``func`` with every matrix-product nest replaced by a :class:`Gemm`, and the packings
     of constant B operands the caller must apply to the arrays it passes (see
-    :class:`Prepack`).  Parameters at ``constant_params`` are compile-time constants."""
+    :class:`Prepack`).  Parameters at ``constant_params`` are compile-time constants;
+    ``chooser`` decides each product's knobs (by default, the heuristic)."""
+    chooser = chooser if chooser is not None else GemmChooser(target)
     stmts = list(func.body.stmts) if isinstance(func.body, Seq) else [func.body]
     params = list(func.params)
     prepacks: list[Prepack] = []
     scratch = int(func.attr("scratch", 0))
     out: list[Stmt] = []
     position = 0
+    products = 0
     while position < len(stmts):
         found = _match_update(stmts, position) or _match_scalar(stmts[position])
         product, consumed = found if found else (None, 1)
         gemm = _to_gemm(product, target) if product is not None else None
+        if gemm is not None:
+            gemm = _choose_and_pack(gemm, stmts, position, consumed, params, constant_params,
+                                    prepacks, chooser, products, len(out))
+            products += 1
         if gemm is None:
             out.extend(stmts[position:position + consumed])
             position += consumed
             continue
-        others = stmts[:position] + stmts[position + consumed:]
-        b_elsewhere = any(isinstance(n, (Load, Store)) and n.buffer == gemm.b
-                          for s in others for n in walk(s))
-        a_param = params.index(gemm.a) if gemm.a in params else -1
-        a_elsewhere = any(isinstance(n, (Load, Store)) and n.buffer == gemm.a
-                          for s in others for n in walk(s))
-        if a_param in constant_params and not a_elsewhere and gemm.a != gemm.b and \
-                isinstance(gemm.a_base, Const) and gemm.m > 1:
-            # a constant A (a convolution's weights) in MR-row strips: the transposed
-            # matrix packed like B, panels of MR "columns"
-            mr = gemm.knobs.mr
-            strips = Buffer(f"{gemm.a.name}_strips", gemm.a.dtype, (-(-gemm.m // mr), gemm.k, mr))
-            prepacks.append(Prepack(a_param, gemm.k, gemm.m, gemm.a_cs, gemm.a_rs,
-                                    int(gemm.a_base.value), mr))
-            params[a_param] = strips
-            gemm = replace(gemm, a=strips, a_packed=True, a_base=Const(0, INDEX))
-        b_param = params.index(gemm.b) if gemm.b in params else -1
-        if b_param in constant_params and not gemm.b_moves_with_batch and not b_elsewhere \
-                and isinstance(gemm.b_base, Const) and gemm.b_is_matrix:
-            packed = Buffer(f"{gemm.b.name}_packed", gemm.b.dtype,
-                            (_panels(gemm), gemm.k, gemm.knobs.nr))
-            (_, rs), = gemm.b_k_dims
-            (_, cs), = gemm.b_j_dims
-            prepacks.append(Prepack(b_param, gemm.k, gemm.n, rs, cs, int(gemm.b_base.value),
-                                    gemm.knobs.nr))
-            params[b_param] = packed
-            gemm = replace(gemm, b=packed, b_packed=True, b_base=Const(0, INDEX))
-        elif gemm.m < MIN_ROWS_TO_PACK:
-            # packing B at run time costs as much as a product with so few rows (a
-            # depthwise convolution: one row per channel) gains: keep the plain loops
-            out.extend(stmts[position:position + consumed])
-            position += consumed
-            continue
-        else:
-            # B with contiguous rows is read in place but for its partial last panel; any
-            # other B is gathered into panels (per batch element when it moves with them)
-            direct = gemm.b_is_matrix and gemm.b_j_dims[0][1] == 1
-            panels = (1 if may_be_nonzero(gemm.n % gemm.knobs.nr) else 0) if direct \
-                else _panels(gemm)
-            if panels:
-                # every batch element's panels at once (one parallel loop for all) when
-                # they fit, else one element at a time
-                copies = math.prod(e for _, e in gemm.batch) if gemm.b_moves_with_batch \
-                    else 1
-                if copies * panels * gemm.k * gemm.knobs.nr * 4 > ALL_COPIES_BYTES:
-                    copies = 1
-                pack = Buffer(f"pack{len(out)}", gemm.b.dtype,
-                              (copies, panels, gemm.k, gemm.knobs.nr))
-                params.append(pack)
-                scratch += 1
-                gemm = replace(gemm, pack=pack)
-            gemm = replace(gemm, b_direct=direct)
+        if gemm.pack is not None:
+            params.append(gemm.pack)
+            scratch += 1
         out.append(gemm)
         position += consumed
     if not any(isinstance(s, Gemm) for s in out):
         return func, ()
     attrs = tuple((k, v) for k, v in func.attrs if k != "scratch") + (("scratch", scratch),)
     return PrimFunc(func.name, tuple(params), seq(*out), attrs), tuple(prepacks)
+
+
+def _choose_and_pack(gemm: Gemm, stmts: list[Stmt], position: int, consumed: int,
+                     params: list, constant_params: frozenset[int], prepacks: list[Prepack],
+                     chooser: GemmChooser, index: int, emitted: int) -> Gemm | None:
+    """Product ``index`` with its knobs chosen and its operands' packing settled (constant
+    operands prepacked: ``params`` and ``prepacks`` are updated), or None for plain loops."""
+    others = stmts[:position] + stmts[position + consumed:]
+    b_elsewhere = any(isinstance(n, (Load, Store)) and n.buffer == gemm.b
+                      for s in others for n in walk(s))
+    a_param = params.index(gemm.a) if gemm.a in params else -1
+    a_elsewhere = any(isinstance(n, (Load, Store)) and n.buffer == gemm.a
+                      for s in others for n in walk(s))
+    b_param = params.index(gemm.b) if gemm.b in params else -1
+    b_prepacked = b_param in constant_params and not gemm.b_moves_with_batch and \
+        not b_elsewhere and isinstance(gemm.b_base, Const) and gemm.b_is_matrix
+    gathered = len(gemm.b_k_dims) > 1 or len(gemm.b_j_dims) > 1
+    products = math.prod(e for _, e in gemm.batch)
+    batch = 1 if gemm.b_moves_with_batch else products
+    knobs = chooser.knobs(index, GemmShape(gemm.m, gemm.n, gemm.k, batch, products,
+                                           b_prepacked, gathered))
+    if knobs is None:
+        return None
+    gemm = replace(gemm, knobs=knobs)
+    if gathered and not b_prepacked and \
+            4 * _panels(gemm) * knobs.nr * gemm.k > MAX_PACK_BYTES:
+        return None  # an im2col too large for scratch: the plain loops stream it instead
+    if a_param in constant_params and not a_elsewhere and gemm.a != gemm.b and \
+            isinstance(gemm.a_base, Const) and gemm.m > 1:
+        # a constant A (a convolution's weights) in MR-row strips: the transposed
+        # matrix packed like B, panels of MR "columns"
+        mr = knobs.mr
+        strips = Buffer(f"{gemm.a.name}_strips", gemm.a.dtype, (-(-gemm.m // mr), gemm.k, mr))
+        prepacks.append(Prepack(a_param, gemm.k, gemm.m, gemm.a_cs, gemm.a_rs,
+                                int(gemm.a_base.value), mr))
+        params[a_param] = strips
+        gemm = replace(gemm, a=strips, a_packed=True, a_base=Const(0, INDEX))
+    if b_prepacked:
+        packed = Buffer(f"{gemm.b.name}_packed", gemm.b.dtype,
+                        (_panels(gemm), gemm.k, knobs.nr))
+        (_, rs), = gemm.b_k_dims
+        (_, cs), = gemm.b_j_dims
+        prepacks.append(Prepack(b_param, gemm.k, gemm.n, rs, cs, int(gemm.b_base.value),
+                                knobs.nr))
+        params[b_param] = packed
+        gemm = replace(gemm, b=packed, b_packed=True, b_base=Const(0, INDEX))
+    else:
+        # B with contiguous rows is read in place but for its partial last panel; any
+        # other B is gathered into panels (per batch element when it moves with them)
+        direct = gemm.b_is_matrix and gemm.b_j_dims[0][1] == 1
+        panels = (1 if may_be_nonzero(gemm.n % knobs.nr) else 0) if direct \
+            else _panels(gemm)
+        if panels:
+            # every batch element's panels at once (one parallel loop for all) when
+            # they fit, else one element at a time
+            copies = math.prod(e for _, e in gemm.batch) if gemm.b_moves_with_batch \
+                else 1
+            if copies * panels * gemm.k * knobs.nr * 4 > ALL_COPIES_BYTES:
+                copies = 1
+            pack = Buffer(f"pack{emitted}", gemm.b.dtype, (copies, panels, gemm.k, knobs.nr))
+            gemm = replace(gemm, pack=pack)
+        gemm = replace(gemm, b_direct=direct)
+    return replace(gemm, knobs=chooser.finish(index, gemm, can_pack_in_task(gemm)))
 
 
 def _panels(gemm: Gemm) -> int:
@@ -344,9 +495,6 @@ def _to_gemm(p: _Product, target: Target) -> Gemm | None:
     rows = [(v, e) for v, e in others if lhs_c.get(v, 0) and not rhs_c.get(v, 0)]
     i_var, m_ext = rows[-1] if rows else (Var("row", INDEX), 1)
     batch = [(v, e) for v, e in others if v is not i_var]
-    if n_ext < target.lanes_for(DType.FLOAT32) or \
-            m_ext * n_ext * k_ext * math.prod(e for _, e in batch) < MIN_GEMM_WORK:
-        return None
     if not _one_to_one(out_c, [(i_var, m_ext), (j_var, n_ext)] + batch):
         return None
     if any(not out_c.get(v, 0) for v, _ in batch):
@@ -372,11 +520,7 @@ def _to_gemm(p: _Product, target: Target) -> Gemm | None:
         if _free_vars(finish) - batch_vars - {row, col, result}:
             return None
     b_moves_with_batch = any(rhs_c.get(v, 0) for v in batch_vars)
-    knobs = default_knobs(m_ext, n_ext, k_ext,
-                          1 if b_moves_with_batch else math.prod(e for _, e in batch), target)
-    pack_bytes = 4 * -(-n_ext // knobs.nr) * knobs.nr * k_ext
-    if (len(b_k) > 1 or len(b_j) > 1) and pack_bytes > MAX_PACK_BYTES:
-        return None  # an im2col too large for scratch: the plain loops stream it instead
+    knobs = _UNCHOSEN  # the chooser's, once it decided that the template pays
     stmt = Gemm(p.out, a_load.buffer, b_load.buffer, None, tuple(batch), m_ext, n_ext, k_ext,
                 base(out_c), base(lhs_c), base(rhs_c), out_c.get(i_var, 0),
                 lhs_c.get(i_var, 0), lhs_c[k_var], b_k, b_j, False,
@@ -485,11 +629,14 @@ def register_tile(target: Target) -> tuple[int, int]:
     return 4, 4             # scalar: 16 accumulators
 
 
-def default_knobs(m: int, n: int, k: int, batch: int, target: Target) -> GemmKnobs:
-    """The default blocking for an ``m x n x k`` product (``batch`` times): the tuner searches
-    the same knobs.
+def default_knobs(m: int, n: int, k: int, batch: int, target: Target,
+                  tile: tuple[int, int] | None = None) -> GemmKnobs:
+    """The default blocking for an ``m x n x k`` product (``batch`` times), with the given
+    register tile (rows, columns) or the target's: the tuner searches the same knobs.
 
-    Tasks: about one per ``WORK_PER_TASK`` multiply-adds (an even count, at most
+    Reduction blocks: ``kc`` terms such that a ``kc x nr`` panel of B takes at most a quarter
+    of the L1 data cache (256 terms, else 128), split evenly.  Tasks: about one per
+    ``WORK_PER_TASK`` multiply-adds (a multiple of the target's threads, at most
     ``MAX_TASKS``), cut along the dimension whose operand is cheaper to read again -- every
     task reads its rows of A against its panels of B, so with few rows (an MLP, a batch-1
     transformer) the columns are split and A is re-read, and with many rows the rows are.
@@ -498,16 +645,19 @@ def default_knobs(m: int, n: int, k: int, batch: int, target: Target) -> GemmKno
     # correct for every size: its loops run to the run-time extents)
     m, n, k, batch = (size_class(size) for size in (m, n, k, batch))
     lanes = target.lanes_for(DType.FLOAT32)
-    mr, vectors = register_tile(target)
-    nr = vectors * lanes
-    kc_target = 256 if nr * 4 * 256 <= 32 * 1024 else 128
+    if tile is None:
+        mr, vectors = register_tile(target)
+        nr = vectors * lanes
+    else:
+        mr, nr = tile
+    kc_target = 256 if nr * 4 * 256 <= target.l1d_bytes else 128
     kc = -(-k // -(-k // kc_target)) if k > kc_target * 5 // 4 else k
     panels = -(-n // nr)
     micro_rows = -(-m // mr)
     work = m * n * k * batch
     tasks = max(1, min(MAX_TASKS, work // WORK_PER_TASK))
-    if tasks > 1:
-        tasks += tasks % 2
+    if tasks > 1 and target.threads > 1:
+        tasks = -(-tasks // target.threads) * target.threads
     per_batch = max(1, -(-tasks // batch))
     blocks_m = min(micro_rows, -(-m // ROWS_PER_TASK))
     if m * k <= k * n:   # A is the smaller operand: split the columns first
@@ -520,3 +670,20 @@ def default_knobs(m: int, n: int, k: int, batch: int, target: Target) -> GemmKno
     nc = -(-panels // blocks_n) * nr
     # copying A's block pays when enough panels reuse it
     return GemmKnobs(mr, nr, kc, mc, nc, lanes, pack_a=nc // nr >= 4 and m > mr)
+
+
+def tile_choices(target: Target) -> list[tuple[int, int]]:
+    """Register tiles (rows, columns) a search may try: rows by one or two vectors, with the
+    accumulators, two B vectors and a broadcast within the target's vector registers."""
+    lanes = target.lanes_for(DType.FLOAT32)
+    registers = 32 if lanes >= 16 else 16
+    if lanes < 4:
+        return [register_tile_columns(target)]
+    return [(rows, vectors * lanes) for vectors in (1, 2) for rows in (4, 6, 8, 12)
+            if rows * vectors + vectors + 1 <= registers]
+
+
+def register_tile_columns(target: Target) -> tuple[int, int]:
+    """The target's default register tile as (rows, columns)."""
+    rows, vectors = register_tile(target)
+    return rows, vectors * target.lanes_for(DType.FLOAT32)

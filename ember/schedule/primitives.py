@@ -7,14 +7,20 @@ the function, which is how a tuner stores and reuses a schedule.
 
 Primitives: ``split`` (with a guarded or a peeled tail), ``reorder``, ``fuse``, ``parallel``,
 ``vectorize``, ``unroll``, and ``cache_accumulator`` (register tiling of an accumulation nest,
-see :mod:`ember.schedule.tiling`).
+see :mod:`ember.schedule.tiling`).  Whole-kernel steps record the decisions they took as their
+arguments, so that a trace replays a whole kernel schedule: ``gemm_template`` (matrix products
+onto the GEMM template with the listed knobs, :mod:`ember.schedule.gemm`),
+``rfactor_reductions`` (row reductions into the listed counts of partial accumulators,
+:mod:`ember.schedule.reductions`), ``partition_guarded_loops``, ``simplify_indices`` and
+``hoist_invariant_divisions``.  Those that need the machine (the GEMM template) take the
+schedule's ``target``.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.core.traced import as_size, may_be_nonzero
 from ember.core.errors import EmberError
@@ -22,6 +28,9 @@ from ember.ir.loop.expr import INDEX, Const, Expr, Var
 from ember.ir.loop.functor import rewrite_stmts, substitute, walk, walk_stmts
 from ember.ir.loop.simplify import simplify
 from ember.ir.loop.stmt import For, ForKind, IfThenElse, PrimFunc, Stmt, seq
+
+if TYPE_CHECKING:
+    from ember.core.target import Target
 
 
 class ScheduleError(EmberError):
@@ -38,8 +47,11 @@ class Step:
 class Trace:
     steps: list[Step] = field(default_factory=list)
 
-    def replay(self, func: PrimFunc) -> "Schedule":
-        schedule = Schedule(func)
+    def replay(self, func: PrimFunc, target: "Target | None" = None,
+               constant_params: frozenset[int] = frozenset()) -> "Schedule":
+        """The steps applied to ``func`` (an unscheduled kernel); ``target`` and
+        ``constant_params`` as the kernel was scheduled with (whole-kernel steps need them)."""
+        schedule = Schedule(func, target, constant_params)
         for step in self.steps:
             getattr(schedule, step.primitive)(*step.args)
         return schedule
@@ -56,9 +68,15 @@ class Trace:
 
 
 class Schedule:
-    def __init__(self, func: PrimFunc):
+    def __init__(self, func: PrimFunc, target: "Target | None" = None,
+                 constant_params: frozenset[int] = frozenset()):
         self.func = func
+        self.target = target
+        # parameters that receive compile-time constants (the GEMM template packs them)
+        self.constant_params = frozenset(constant_params)
         self.trace = Trace()
+        # the packings of constant operands the caller must apply (see schedule/gemm.py)
+        self.prepacks: list = []
         self._names = set(self.loops())  # every loop name used so far (never reused)
 
     # ------------------------------------------------------------------ queries
@@ -224,6 +242,78 @@ class Schedule:
         from ember.schedule.tiling import cache_accumulator
 
         return cache_accumulator(self, row, col, rows, cols, fuse_passes)
+
+
+    # ------------------------------------------------------------------ whole-kernel steps
+    def gemm_template(self, knobs: list[dict[str, Any] | None] | None = None,
+                      chooser: Any = None) -> None:
+        """Matrix-product nests onto the GEMM template.  Replaying, ``knobs`` lists each
+        product's knobs (None: its plain loops stay); scheduling, ``chooser`` (a
+        :class:`~ember.schedule.gemm.GemmChooser`) decides them.  Records the knobs used."""
+        from ember.schedule.gemm import RecordingChooser, ReplayChooser, use_gemm_template
+
+        target = self._need_target("gemm_template")
+        inner = ReplayChooser(target, knobs, self.func.name) if knobs is not None else chooser
+        recording = RecordingChooser(target, inner)
+        self.func, prepacks = use_gemm_template(self.func, target, self.constant_params,
+                                                recording)
+        self.prepacks.extend(prepacks)
+        self._names.update(self.loops())
+        self._record("gemm_template", recording.used())
+
+    def rfactor_reductions(self, partials: list[int] | None = None,
+                           choose: Any = None) -> None:
+        """Row reductions accumulated in partial vectors (TVM's rfactor).  Replaying,
+        ``partials`` lists each qualifying reduction's count (0: scalar); scheduling,
+        ``choose(index, proposed, legal)`` decides.  Records the counts used."""
+        from ember.schedule.reductions import vectorize_reductions
+
+        target = self._need_target("rfactor_reductions")
+        used: list[int] = []
+
+        def decide(index: int, proposed: int, legal: list[int]) -> int:
+            if partials is not None:
+                if index >= len(partials) or partials[index] not in (0, *legal):
+                    raise ScheduleError(
+                        f"{self.func.name}: rfactor_reductions: reduction {index} cannot take "
+                        f"{partials[index] if index < len(partials) else 'no'} partials "
+                        f"(legal: 0, {', '.join(map(str, legal))})")
+                count = partials[index]
+            else:
+                count = choose(index, proposed, legal) if choose is not None else proposed
+            used.append(count)
+            return count
+
+        self.func = vectorize_reductions(self.func, target, decide)
+        self._names.update(self.loops())
+        self._record("rfactor_reductions", used)
+
+    def partition_guarded_loops(self) -> None:
+        """Split guarded loops where their border tests are decided (schedule/partition.py)."""
+        from ember.schedule.partition import partition_guarded_loops
+
+        self.func = partition_guarded_loops(self.func)
+        self._names.update(self.loops())
+        self._record("partition_guarded_loops")
+
+    def simplify_indices(self) -> None:
+        """Remove the divisions of buffer indices that loop bounds make exact."""
+        from ember.ir.loop.index_simplify import simplify_indices
+
+        self.func = simplify_indices(self.func)
+        self._record("simplify_indices")
+
+    def hoist_invariant_divisions(self) -> None:
+        """Compute integer divisions before the loops they do not depend on."""
+        from ember.schedule.hoist import hoist_invariant_divisions
+
+        self.func = hoist_invariant_divisions(self.func)
+        self._record("hoist_invariant_divisions")
+
+    def _need_target(self, step: str) -> "Target":
+        if self.target is None:
+            raise ScheduleError(f"{self.func.name}: {step} needs the schedule's target")
+        return self.target
 
 
 def _const_extent(loop: For, func_name: str) -> int:

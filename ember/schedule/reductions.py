@@ -30,6 +30,7 @@ load one vector at a time; a gather would cost more than the scalar loop.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 from ember.core.traced import as_size, may_be_nonzero, size_class
 from ember.core.dtypes import DType
@@ -47,29 +48,46 @@ _IDENTITY = {"add": 0.0, "max": float("-inf"), "min": float("inf")}
 MIN_VECTORS_PER_ROW = 2
 
 
-def vectorize_reductions(func: PrimFunc, target: Target) -> PrimFunc:
-    """``func`` with every qualifying row reduction accumulated lane-parallel."""
+PartialsChooser = Callable[[int, int, list[int]], int]
+
+
+def vectorize_reductions(func: PrimFunc, target: Target,
+                         choose: PartialsChooser | None = None) -> PrimFunc:
+    """``func`` with every qualifying row reduction accumulated lane-parallel.
+
+    ``choose(index, proposed, legal)`` decides how many partial accumulators the ``index``-th
+    qualifying reduction gets (0: it stays scalar), given the heuristic's proposal (two
+    vectors' worth when the row holds at least ``MIN_VECTORS_PER_ROW`` of them) and the legal
+    counts; by default the proposal is taken."""
     names = {b.name for b in func.params if isinstance(b, Buffer)}
     names |= {n.buffer.name for n in walk(func.body) if isinstance(n, Allocate)}
+    counter = [0]
 
     def visit(node):
         if isinstance(node, For):
-            return _lane_parallel(node, target, names)
+            return _lane_parallel(node, target, names, choose, counter)
         return None
 
     body = rewrite(func.body, visit)
     return func if body is func.body else func.with_body(body)
 
 
-def _lane_parallel(loop: For, target: Target, taken: set[str]) -> Stmt | None:
+def _lane_parallel(loop: For, target: Target, taken: set[str],
+                   choose: PartialsChooser | None, counter: list[int]) -> Stmt | None:
     reduction = _row_reduction(loop)
     if reduction is None:
         return None
     accumulator, op, term = reduction
-    lanes = 2 * target.lanes_for(accumulator.dtype)
+    vector = target.lanes_for(accumulator.dtype)
     start, extent = as_size(loop.start.value), as_size(loop.extent.value)
-    if target.lanes_for(accumulator.dtype) < 2 or \
-            size_class(extent) < MIN_VECTORS_PER_ROW * lanes:  # (a heuristic: by class)
+    if vector < 2:
+        return None
+    legal = [vector * count for count in (1, 2, 4)]
+    proposed = 2 * vector if size_class(extent) >= MIN_VECTORS_PER_ROW * 2 * vector else 0
+    index = counter[0]
+    counter[0] += 1
+    lanes = choose(index, proposed, legal) if choose is not None else proposed
+    if not lanes:
         return None
     name = _fresh(f"{accumulator.name}_lanes", taken)
     partials = Buffer(name, accumulator.dtype, (lanes,), scope="local")

@@ -81,9 +81,9 @@ def test_a_fused_group_whose_lowering_raises_is_split_and_still_correct(monkeypa
 
 
 def test_a_kernel_whose_schedule_raises_is_named(monkeypatch):
-    import ember.schedule.default as default
+    import ember.schedule.pipeline as loop_pipeline
 
-    monkeypatch.setattr(default, "default_schedule", _broken)
+    monkeypatch.setattr(loop_pipeline, "default_schedule", _broken)
     with pytest.raises(ember.CompileError) as caught:
         ember.compile(_graph(), opt_level=1)
     message = str(caught.value)

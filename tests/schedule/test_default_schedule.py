@@ -15,13 +15,14 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "lower"))
 
 from loop_interpreter import CASES, expect, run_outputs  # noqa: E402
 
-import ember.schedule.default as default  # noqa: E402
+from configs import random_config  # noqa: E402
 from ember.core.dtypes import DType  # noqa: E402
 from ember.core.target import Target  # noqa: E402
 from ember.ir.compute import (compute, const_like, placeholder, reduce_axis,  # noqa: E402
                               reduce_sum)
 from ember.ir.loop import For, ForKind, verify_func, walk  # noqa: E402
 from ember.lower import lower_compute  # noqa: E402
+from ember.schedule.config import ScheduleConfigError, Decisions, KernelConfig  # noqa: E402
 from ember.schedule.default import default_schedule  # noqa: E402
 
 F32 = DType.FLOAT32
@@ -32,12 +33,10 @@ def kinds(func) -> dict[str, ForKind]:
     return {n.var.name: n.kind for n in walk(func.body) if isinstance(n, For)}
 
 
-@pytest.fixture
-def small_thresholds(monkeypatch):
-    """Parallelize from 64 iterations and split flat loops in chunks of 8, so that every
-    path of the schedule shows on kernels small enough to interpret."""
-    monkeypatch.setattr(default, "PARALLEL_MIN_WORK", 64)
-    monkeypatch.setattr(default, "CHUNK", 8)
+def scheduled(func, **knobs):
+    """``func`` scheduled with the given knobs (the rest by the heuristic): the paths of the
+    schedule that pay only on large kernels, on kernels small enough to interpret."""
+    return default_schedule(func, TARGET, Decisions(KernelConfig.of(knobs), kernel=func.name))
 
 
 # ----------------------------------------------------------------------------- printed IR
@@ -82,13 +81,12 @@ def test_large_matmul_runs_its_rows_in_parallel():
     """)  # noqa: E501
 
 
-def test_wide_accumulation_iterates_column_blocks_outermost(monkeypatch):
-    monkeypatch.setattr(default, "COLUMN_BLOCK", 4)
-    monkeypatch.setattr(default, "PARALLEL_MIN_WORK", 64)
+def test_wide_accumulation_iterates_column_blocks_outermost():
     a, b = placeholder((5, 7), F32, "a"), placeholder((7, 16), F32, "b")
     k = reduce_axis(7, "k")
     c = compute((5, 16), lambda i, j: reduce_sum(a[i, k] * b[k, j], k), "mm")
-    func = default_schedule(lower_compute("mm", [a, b], [c]), TARGET)
+    func = scheduled(lower_compute("mm", [a, b], [c]), **{
+        "nest0.parallel_loops": 1, "nest1.column_block": 4, "nest1.parallel": "outer"})
     assert kinds(func) == {"i0": ForKind.PARALLEL, "i1": ForKind.VECTORIZED,
                            "i3_o_i2_f": ForKind.PARALLEL, "i4": ForKind.SERIAL,
                            "i3_i": ForKind.VECTORIZED}
@@ -182,8 +180,11 @@ def test_reduction_to_a_scalar_is_neither_parallel_nor_vectorized(shape):
         assert run_outputs(func, [data])[0] == 28
 
 
-def test_scalar_reduction_with_small_thresholds(small_thresholds):
-    expect(default_schedule(CASES["total"]().lower(), TARGET), """
+def test_scalar_reduction_stays_serial():
+    func = CASES["total"]().lower()
+    with pytest.raises(ScheduleConfigError, match="parallel_loops"):
+        scheduled(func, **{"nest0.parallel_loops": 1})  # its iterations are not independent
+    expect(scheduled(func), """
         func total(x: f32[4, 8], out0: f32[]) {
           alloc t0: f32[1] local
           t0[0] = 0.0f
@@ -197,8 +198,8 @@ def test_scalar_reduction_with_small_thresholds(small_thresholds):
     """)
 
 
-def test_conv_with_small_thresholds(small_thresholds):
-    func = default_schedule(CASES["conv"]().lower(), TARGET)
+def test_conv_accumulation_fuses_its_outer_loops_for_threads():
+    func = scheduled(CASES["conv"]().lower(), **{"nest1.parallel": "outer"})
     assert kinds(func) == {
         "i0": ForKind.SERIAL, "i1": ForKind.SERIAL, "i2": ForKind.SERIAL,
         "i3": ForKind.VECTORIZED,                                            # init
@@ -211,10 +212,10 @@ def test_conv_with_small_thresholds(small_thresholds):
                                  "i7", "i11", "i12", "i13", "i14"]
 
 
-def test_flat_loop_split_with_small_thresholds(small_thresholds):
+def test_flat_loop_split_in_parallel_chunks():
     x = placeholder((69,), F32, "x")
     y = compute((69,), lambda i: x[i] - const_like(1, F32), "dec")
-    func = default_schedule(lower_compute("dec", [x], [y]), TARGET)
+    func = scheduled(lower_compute("dec", [x], [y]), **{"nest0.chunk": 8})
     expect(func, """
         func dec(x: f32[69], out0: f32[69]) {
           parallel for i0_o in [0, 8) {
@@ -232,15 +233,16 @@ def test_flat_loop_split_with_small_thresholds(small_thresholds):
 
 
 # ----------------------------------------------------------------------------- semantics
-@pytest.mark.parametrize("thresholds", ["real", "small"])
+@pytest.mark.parametrize("config", ["default", "random0", "random1", "random2"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_default_schedule_preserves_results(name, thresholds, monkeypatch):
-    if thresholds == "small":
-        monkeypatch.setattr(default, "PARALLEL_MIN_WORK", 16)
-        monkeypatch.setattr(default, "CHUNK", 4)
+def test_default_schedule_preserves_results(name, config):
+    """The heuristic's schedule and schedules with every knob at a random legal value
+    compute what the unscheduled kernel computes."""
     case = CASES[name]()
     func = case.lower()
-    scheduled = default_schedule(func, TARGET)
+    chosen = KernelConfig() if config == "default" else \
+        random_config(func, TARGET, seed=int(config[-1]))
+    scheduled = default_schedule(func, TARGET, Decisions(chosen, kernel=func.name))
     verify_func(scheduled)
     assert scheduled.params == func.params and scheduled.name == func.name
     results = run_outputs(scheduled, case.arrays)  # raises on dependent parallel iterations

@@ -191,16 +191,11 @@ def test_im2col_panels_packed_by_their_task_or_up_front(regime, monkeypatch):
     """Each task packs its own panels of B when every panel belongs to one task (one block of
     rows; per batch element its own copy, or one element at a time); with several row blocks
     B is packed once up front.  All three give the convolution."""
-    import ember.codegen.c_gemm as c_gemm
     import ember.schedule.gemm as gemm_schedule
 
     out_channels = 150 if regime == "row_blocks" else 20
     if regime == "one_element_at_a_time":
         monkeypatch.setattr(gemm_schedule, "ALL_COPIES_BYTES", 0)
-    in_task = []
-    decide = c_gemm._packs_in_task
-    monkeypatch.setattr(c_gemm, "_packs_in_task",
-                        lambda *args: in_task.append(decide(*args)) or in_task[-1])
     x, w = _randn(3, 8, 9, 40), _randn(out_channels, 8, 3, 3)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
     module = _check(_model(nodes, [("x", list(x.shape))], {"w": w}), {"x": x},
@@ -210,7 +205,7 @@ def test_im2col_panels_packed_by_their_task_or_up_front(regime, monkeypatch):
     assert (copies, gemm.m > gemm.knobs.mc) == {"copies": (3, False),
                                                  "one_element_at_a_time": (1, False),
                                                  "row_blocks": (3, True)}[regime]
-    assert in_task == [regime != "row_blocks"]
+    assert gemm.knobs.pack_in_task == (regime != "row_blocks")
 
 
 def test_products_that_are_not_gemms_keep_their_loops():

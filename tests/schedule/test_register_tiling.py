@@ -15,13 +15,13 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "lower"))
 
 from loop_interpreter import CASES, run_outputs  # noqa: E402
 
-import ember.schedule.default as default  # noqa: E402
 from ember.core.dtypes import DType  # noqa: E402
 from ember.core.target import Target  # noqa: E402
 from ember.ir.compute import compute, placeholder, reduce_axis, reduce_sum  # noqa: E402
 from ember.ir.loop import Allocate, verify_func, walk  # noqa: E402
 from ember.lower import lower_compute  # noqa: E402
 from ember.schedule import Schedule, ScheduleError, Trace  # noqa: E402
+from ember.schedule.config import Decisions, KernelConfig  # noqa: E402
 from ember.schedule.default import default_schedule  # noqa: E402
 
 F32 = DType.FLOAT32
@@ -159,11 +159,16 @@ def test_errors_leave_the_function_unchanged():
 # ----------------------------------------------------------------------------- default schedule
 @pytest.mark.parametrize("m,k,n", [(7, 29, 13), (1, 16, 40), (13, 16, 100), (64, 9, 33)])
 @pytest.mark.parametrize("target", ["x86_64", "x86_64-avx512"])
-def test_default_schedule_register_tiles_when_worthwhile(m, k, n, target, monkeypatch):
-    monkeypatch.setattr(default, "REGISTER_TILE_MIN_WORK", 1)
-    monkeypatch.setattr(default, "PARALLEL_MIN_WORK", 64)
+def test_register_tiles_where_a_row_loop_exists(m, k, n, target):
+    """Every tile the config space offers computes the product, bit for bit as untiled; a
+    single row has no row loop to tile (the knob offers no tile)."""
     func, arrays = matmul(m, k, n)
-    scheduled = default_schedule(func, Target.parse(target))
+    tiles = _tile_choices(func, Target.parse(target))
+    assert bool(tiles) == (m >= 2)
+    tile = tiles[len(tiles) // 2] if tiles else ()
+    scheduled = default_schedule(func, Target.parse(target), Decisions(KernelConfig.of({
+        "nest1.register_tile": tile,
+        **({"nest1.parallel": "row_tiles"} if m // tile[0] >= 2 else {})} if tile else {})))
     verify_func(scheduled)
     tiled = any(isinstance(x, Allocate) for x in walk(scheduled.body))
     assert tiled == (m >= 2)  # a single row has no row loop to tile
@@ -172,12 +177,13 @@ def test_default_schedule_register_tiles_when_worthwhile(m, k, n, target, monkey
     np.testing.assert_allclose(got, arrays[0] @ arrays[1], rtol=1e-4, atol=1e-4)
 
 
-def test_default_schedule_tiles_conv_rows_over_output_channels(monkeypatch):
-    monkeypatch.setattr(default, "REGISTER_TILE_MIN_WORK", 1)
-    monkeypatch.setattr(default, "PARALLEL_MIN_WORK", 16)
+def test_conv_rows_tile_over_output_channels():
     case = CASES["conv"]()
     func = case.lower()
-    scheduled = default_schedule(func, Target.parse("x86_64"))
+    target = Target.parse("x86_64")
+    tile = _tile_choices(func, target)[0]
+    scheduled = default_schedule(func, target, Decisions(KernelConfig.of({
+        "nest1.register_tile": tile, "nest1.parallel": "outer"})))
     verify_func(scheduled)
     assert "cache_accumulator" not in str(scheduled)  # (the trace is not printed)
     assert any(isinstance(x, Allocate) for x in walk(scheduled.body))
@@ -185,3 +191,11 @@ def test_default_schedule_tiles_conv_rows_over_output_channels(monkeypatch):
     case.check(got)
     for g, w in zip(got, run_outputs(func, case.arrays)):
         np.testing.assert_array_equal(g, w)
+
+
+def _tile_choices(func, target):
+    """The register tiles the config space offers the accumulation nest (nest 1)."""
+    decisions = Decisions()
+    default_schedule(func, target, decisions)
+    knob, = (k for k in decisions.space if k.name == "nest1.register_tile")
+    return [c for c in knob.choices if c]

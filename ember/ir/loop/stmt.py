@@ -94,9 +94,12 @@ class GemmKnobs:
     """The tunable blocking of one :class:`Gemm`: a register tile of ``mr`` rows by ``nr``
     columns (``nr`` a multiple of the vector width), reduction blocks of ``kc`` terms (so a
     ``kc x nr`` panel of B stays in L1 while the rows stream past it), tasks of ``mc``
-    rows by ``nc`` columns shared among the threads, and whether each task first copies its
+    rows by ``nc`` columns shared among the threads, whether each task first copies its
     ``mc x kc`` block of A into ``mr``-row strips (``pack_a``: pays when many panels reuse
-    it)."""
+    it), whether each task packs its own panels of B right before using them instead of one
+    loop packing all of B first (``pack_in_task``; the schedule sets it only where every
+    panel belongs to one task), and whether the tasks run on the thread pool
+    (``parallel``)."""
 
     mr: int
     nr: int
@@ -105,6 +108,13 @@ class GemmKnobs:
     nc: int
     lanes: int
     pack_a: bool = True
+    pack_in_task: bool = False
+    parallel: bool = True
+
+    def to_dict(self) -> dict[str, int | bool]:
+        return {"mr": self.mr, "nr": self.nr, "kc": self.kc, "mc": self.mc, "nc": self.nc,
+                "lanes": self.lanes, "pack_a": self.pack_a, "pack_in_task": self.pack_in_task,
+                "parallel": self.parallel}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,233 @@
+"""The loop-level pipeline: from a lowered kernel to a scheduled one, stage by stage.
+
+The graph level has ``passes/pipeline.py``; this is its loop-level counterpart.  A lowered
+kernel (one fused group as a PrimFunc, ``ember.lower``) goes through :data:`LOOP_STAGES` in
+order, each a step of one :class:`~ember.schedule.primitives.Schedule`:
+
+1. ``gemm_template``     matrix products onto the blocked GEMM template (opt level >= 1)
+2. ``schedule_nests``    parallel, vectorized and register-tiled loop nests
+3. ``rfactor_reductions`` row reductions into vectors of partial accumulators
+4. ``partition_guarded_loops`` border tests of padded windows out of the inner loops
+5. ``simplify_indices``  divisions that loop bounds make exact removed
+6. ``hoist_invariant_divisions`` the remaining ones computed before their loops
+
+Every decision a stage takes is a knob of the kernel's config (:mod:`ember.schedule.config`):
+:func:`schedule_kernel` applies a config -- the default heuristic's choices where it is
+silent -- and returns the scheduled kernel, the replayable trace of the steps it applied,
+the complete config and the kernel's search space.  :func:`propose_config` is the default
+heuristic as a config.  The runner can verify the IR after every stage (the loop verifier),
+times each stage and, on request, keeps the printed IR after each one (``ember inspect
+--stages --kernel K`` shows it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ember.core.dtypes import DType
+from ember.core.errors import VerificationError
+from ember.core.target import Target
+from ember.core.traced import plain
+from ember.ir.loop.printer import format_func
+from ember.ir.loop.stmt import Gemm, GemmKnobs, PrimFunc
+from ember.ir.loop.verifier import verify_func
+from ember.schedule.config import Decisions, KernelConfig, Knob
+from ember.schedule.default import default_schedule
+from ember.schedule.gemm import (GemmChooser, GemmShape, Prepack, default_parallel,
+                                 template_pays, tile_choices)
+from ember.schedule.primitives import Schedule, Trace
+
+
+@dataclass(frozen=True)
+class StageContext:
+    target: Target
+    decisions: Decisions
+    opt_level: int
+
+
+@dataclass(frozen=True)
+class LoopStage:
+    """One stage: its name, what it does to the schedule, and from which opt level it runs."""
+
+    name: str
+    apply: Callable[[Schedule, StageContext], None]
+    doc: str
+    min_opt_level: int = 0
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """What one stage did to one kernel: whether it changed the IR, how long it took, and
+    (when asked for) the IR after it."""
+
+    name: str
+    changed: bool
+    seconds: float
+    ir: str | None = None
+
+
+@dataclass
+class ScheduledKernel:
+    """The result of :func:`schedule_kernel`."""
+
+    func: PrimFunc
+    trace: Trace
+    config: KernelConfig            # every knob with the value applied
+    space: tuple[Knob, ...]         # the kernel's knobs, their defaults and legal values
+    prepacks: tuple[Prepack, ...]   # constant operands to pack (see schedule/gemm.py)
+    stages: tuple[StageRecord, ...] = field(default_factory=tuple)
+
+
+# ---------------------------------------------------------------------- the stages
+
+
+def _gemm_template(schedule: Schedule, context: StageContext) -> None:
+    schedule.gemm_template(chooser=_ConfigGemmChooser(context.target, context.decisions))
+
+
+def _schedule_nests(schedule: Schedule, context: StageContext) -> None:
+    default_schedule(schedule.func, context.target, context.decisions, schedule)
+
+
+def _rfactor_reductions(schedule: Schedule, context: StageContext) -> None:
+    def choose(index: int, proposed: int, legal: list[int]) -> int:
+        return context.decisions.choose(
+            f"reduction{index}.partials", proposed, [0, *legal],
+            "partial accumulators of a row reduction, a multiple of the vector width "
+            "(0: it stays scalar)")
+
+    schedule.rfactor_reductions(choose=choose)
+
+
+def _partition_guarded_loops(schedule: Schedule, context: StageContext) -> None:
+    if context.decisions.choose("partition", True, [False, True],
+                                "split guarded loops around the range where their border "
+                                "tests are decided"):
+        schedule.partition_guarded_loops()
+
+
+def _simplify_indices(schedule: Schedule, context: StageContext) -> None:
+    schedule.simplify_indices()
+
+
+def _hoist_invariant_divisions(schedule: Schedule, context: StageContext) -> None:
+    schedule.hoist_invariant_divisions()
+
+
+LOOP_STAGES: tuple[LoopStage, ...] = (
+    LoopStage("gemm_template", _gemm_template,
+              "matrix-product nests onto the blocked, packed GEMM template", min_opt_level=1),
+    LoopStage("schedule_nests", _schedule_nests,
+              "parallel, vectorized and register-tiled loop nests"),
+    LoopStage("rfactor_reductions", _rfactor_reductions,
+              "row reductions accumulated in vectors of partials"),
+    LoopStage("partition_guarded_loops", _partition_guarded_loops,
+              "border tests of padded windows out of the inner loops"),
+    LoopStage("simplify_indices", _simplify_indices,
+              "divisions of indices that loop bounds make exact removed"),
+    LoopStage("hoist_invariant_divisions", _hoist_invariant_divisions,
+              "integer divisions computed before the loops they do not depend on"),
+)
+
+
+# ---------------------------------------------------------------------- the runner
+
+
+def schedule_kernel(func: PrimFunc, target: Target, config: KernelConfig | None = None, *,
+                    constant_params: frozenset[int] = frozenset(), opt_level: int = 2,
+                    verify: bool = False, keep_ir: bool = False,
+                    stages: tuple[LoopStage, ...] = LOOP_STAGES) -> ScheduledKernel:
+    """Schedule the lowered kernel ``func`` for ``target`` with ``config`` (None: the
+    default heuristic throughout).  ``constant_params`` are the parameters that receive
+    compile-time constants; ``verify`` checks the loop IR after every stage, ``keep_ir``
+    keeps its printed form in the stage records (and the kernel as lowered, as a first
+    record named ``lower``).  A config knob the kernel does not have, or
+    a value its knob does not allow, is a :class:`~ember.schedule.config.ConfigError`."""
+    decisions = Decisions(config or KernelConfig(), kernel=func.name)
+    context = StageContext(target, decisions, opt_level)
+    schedule = Schedule(func, target, constant_params)
+    records = [StageRecord("lower", False, 0.0, format_func(func))] if keep_ir else []
+    for stage in stages:
+        if opt_level < stage.min_opt_level:
+            continue
+        before = schedule.func
+        started = time.perf_counter()
+        stage.apply(schedule, context)
+        seconds = time.perf_counter() - started
+        if verify:
+            try:
+                verify_func(schedule.func)
+            except VerificationError as error:
+                raise VerificationError(f"after loop stage '{stage.name}': {error}") from None
+        records.append(StageRecord(stage.name, schedule.func is not before, seconds,
+                                   format_func(schedule.func) if keep_ir else None))
+    decisions.check_all_used()
+    return ScheduledKernel(schedule.func, schedule.trace, decisions.applied_config,
+                           tuple(decisions.space), tuple(schedule.prepacks), tuple(records))
+
+
+def propose_config(func: PrimFunc, target: Target, *,
+                   constant_params: frozenset[int] = frozenset(),
+                   opt_level: int = 2) -> KernelConfig:
+    """The default heuristic's complete config for ``func`` (every knob named)."""
+    return schedule_kernel(func, target, None, constant_params=constant_params,
+                           opt_level=opt_level).config
+
+
+def config_space(func: PrimFunc, target: Target, config: KernelConfig | None = None, *,
+                 constant_params: frozenset[int] = frozenset(),
+                 opt_level: int = 2) -> tuple[Knob, ...]:
+    """The knobs of ``func`` (which may depend on the values of earlier knobs: a product
+    that keeps its loops has no blocking knobs), as met when scheduling with ``config``."""
+    return schedule_kernel(func, target, config, constant_params=constant_params,
+                           opt_level=opt_level).space
+
+
+# ---------------------------------------------------------------------- GEMM knobs
+
+
+class _ConfigGemmChooser(GemmChooser):
+    """The GEMM template's decisions as knobs ``gemm<i>.*`` of the kernel config."""
+
+    def __init__(self, target: Target, decisions: Decisions):
+        super().__init__(target)
+        self.decisions = decisions
+
+    def knobs(self, index: int, shape: GemmShape) -> GemmKnobs | None:
+        ask, name = self.decisions.choose, f"gemm{index}"
+        if not ask(f"{name}.template", template_pays(shape, self.target), [False, True],
+                   "run the product on the blocked GEMM template (else its plain loops)"):
+            return None
+        default = shape.default_knobs(self.target)
+        mr, nr = ask(f"{name}.tile", (default.mr, default.nr), tile_choices(self.target),
+                     "register tile of the micro-kernel: rows x columns")
+        proposed = shape.default_knobs(self.target, tile=(mr, nr))
+        # (choices from samples: a traced size is planned for by class, see default_knobs)
+        m, n, k = plain(shape.m), plain(shape.n), plain(shape.k)
+        kc = ask(f"{name}.kc", proposed.kc,
+                 [c for c in (64, 128, 192, 256, 384, 512) if c < k] + [k],
+                 "terms of the reduction per block (a kc x nr panel of B stays in L1)")
+        rows = -(-m // mr) * mr
+        mc = ask(f"{name}.mc", proposed.mc,
+                 sorted({min(mr * f, rows) for f in (1, 2, 4, 8, 16, 32, 64)}),
+                 "rows of a task (a multiple of the tile's rows)")
+        columns = -(-n // nr) * nr
+        nc = ask(f"{name}.nc", proposed.nc,
+                 sorted({min(nr * f, columns) for f in (1, 2, 4, 8, 16, 32, 64)}),
+                 "columns of a task (a multiple of the tile's columns)")
+        pack_a = ask(f"{name}.pack_a", proposed.pack_a, [False, True],
+                     "each task copies its block of A into row strips first")
+        return GemmKnobs(mr, nr, kc, mc, nc, self.target.lanes_for(DType.FLOAT32), pack_a)
+
+    def finish(self, index: int, gemm: Gemm, pack_in_task_legal: bool) -> GemmKnobs:
+        ask, name = self.decisions.choose, f"gemm{index}"
+        in_task = ask(f"{name}.pack_in_task", pack_in_task_legal,
+                      [False, *([True] if pack_in_task_legal else [])],
+                      "each task packs its own panels of B right before using them")
+        parallel = ask(f"{name}.parallel", default_parallel(gemm), [False, True],
+                       "the product's tasks run on the thread pool")
+        knobs = gemm.knobs
+        return GemmKnobs(knobs.mr, knobs.nr, knobs.kc, knobs.mc, knobs.nc, knobs.lanes,
+                         knobs.pack_a, in_task, parallel)
