@@ -1,4 +1,4 @@
-"""The import layering of ARCHITECTURE.md holds (contracts in pyproject.toml)."""
+"""The import layering of docs/architecture.md holds (contracts in pyproject.toml)."""
 
 import shutil
 import subprocess

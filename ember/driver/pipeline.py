@@ -4,12 +4,16 @@
 2. Run the graph passes of the opt level (``passes/pipeline.py``), the last of which groups
    the nodes into kernels (``passes/fuse.py``; every node alone at opt level 0), asking node
    by node what compiles (``driver/support.py``).
-4. Give every group an implementation: one kernel lowered from its members' compute
-   definitions and scheduled, or, for a node that does not compile, its numpy reference
-   called back from the library ("host" steps -- reported, never silent).
+3. Give every group an implementation: one kernel lowered from its members' compute
+   definitions, or, for a node that does not compile, its numpy reference called back from
+   the library ("host" steps -- reported, never silent).
+4. Schedule every kernel with the config its workload key has in
+   ``BuildOptions.kernel_configs``, else the default heuristic (the loop stages of
+   ``schedule/pipeline.py``), and start compiling its C translation unit.
 5. Plan memory: one workspace arena for the values between kernels and the kernels' scratch,
    one weights blob for constants.
-6. Generate one C translation unit (kernels + the ``ember_run`` entry point) and compile it.
+6. Generate the ``ember_run`` entry point and link it with the kernels' objects (a
+   WebAssembly module is compiled from one translation unit).
 """
 
 from __future__ import annotations
