@@ -39,9 +39,10 @@ class KernelImpl:
     # into the layout the kernel reads: see ember.schedule.gemm.Prepack)
     packed_inputs: dict[int, str] = field(default_factory=dict)
     # The schedule (set once the kernel is scheduled, see ember.schedule.pipeline): the
-    # kernel's workload key, the complete config applied, its knobs (the search space), the
+    # kernel's workload key, the kernel as lowered, the complete config applied, its knobs (the search space), the
     # trace of the steps applied, and what each loop stage did.
     workload_key: str = ""
+    lowered: PrimFunc | None = None  # the kernel as lowered, before the loop stages
     config: Any = None
     space: tuple = ()
     trace: Any = None

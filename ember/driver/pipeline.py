@@ -384,6 +384,7 @@ def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions) -> None:
 
     constants = frozenset(i for i, name in enumerate(impl.group.inputs) if name in g.constants)
     impl.workload_key = workload_key(impl.func, options.target, constants)
+    impl.lowered = impl.func
     scheduled = schedule_kernel(impl.func, options.target,
                                 options.kernel_configs.get(impl.workload_key),
                                 constant_params=constants, opt_level=options.opt_level,

@@ -180,3 +180,54 @@ def test_workload_keys_change_with_the_element_type():
     f32, f64 = _keys(relu(TensorProto.FLOAT)), _keys(relu(TensorProto.DOUBLE))
     assert f32["Relu"] != f64["Relu"]
     assert _keys(relu(TensorProto.FLOAT)) == f32
+
+
+# ----------------------------------------------------------------------------- the safety net
+def _nets() -> dict[str, tuple[onnx.ModelProto, int]]:
+    """Small models whose kernels cover every loop stage: an im2col GEMM with an epilogue, a
+    weight-packed MatMul, a padded pool, a softmax (row reductions), a LayerNorm."""
+    rng = np.random.default_rng(5)
+    conv, _, _ = conv_model(channels=8, width=6)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 6, 20])
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("MatMul", ["p", "w"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["s"], axis=-1),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], axis=-1)]
+    graph = helper.make_graph(
+        nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(_randn(rng, 20, 40), "w"),
+         numpy_helper.from_array(_randn(rng, 40), "g"),
+         numpy_helper.from_array(_randn(rng, 40), "b")])
+    mixed = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mixed.ir_version = 8
+    return {"conv": (conv, 3), "mixed": (mixed, 3)}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("net", ["conv", "mixed"])
+def test_every_kernel_under_random_configs_matches_its_unscheduled_form(net, seed):
+    """The tuner's safety net: each kernel of a compiled model, scheduled with every knob at
+    a random legal value (GEMM template and blockings included), computes in the loop
+    interpreter what the kernel as lowered computes, on the same random data (constant
+    operands packed as the build packs them)."""
+    model, _ = _nets()[net]
+    module = _compile(model)
+    graph, rng = module.build.graph, np.random.default_rng(seed)
+    for impl in module.build.kernels:
+        constants = frozenset(i for i, name in enumerate(impl.group.inputs)
+                              if name in graph.constants)
+        config = random_config(impl.lowered, TARGET, seed,
+                               space=lambda f, t, c: kernel_space(f, t, c, constants))
+        scheduled = schedule_kernel(impl.lowered, TARGET, config, constant_params=constants,
+                                    verify=True)
+        arrays = [graph.constants[name] if name in graph.constants else
+                  rng.standard_normal(graph.types[name].shape).astype(np.float32)
+                  for name in impl.group.inputs]
+        packed = list(arrays)
+        for prepack in scheduled.prepacks:
+            packed[prepack.param] = prepack.apply(arrays[prepack.param])
+        want = run_outputs(impl.lowered, arrays)
+        got = run_outputs(scheduled.func, packed)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5,
+                                       err_msg=f"{impl.func.name} with {config}")
