@@ -152,7 +152,9 @@ class IterVar(Var):
 class Reduce(Expr):
     """``combiner`` over ``axes`` of ``source`` starting from ``init``.
 
-    Combiners: ``sum``, ``prod``, ``max``, ``min``.  Only valid inside a compute body.
+    Combiners: ``sum``, ``prod``, ``max``, ``min`` (NaN propagates, as ember's ``max`` and
+    ``min`` do) and ``fmax`` (floats: the maximum of the numbers, NaN only when every term is
+    NaN, as C's ``fmax`` and ``np.fmax``).  Only valid inside a compute body.
     """
 
     combiner: str
@@ -247,7 +249,9 @@ def identity(combiner: str, dtype: DType) -> Const:
             return Const(combiner == "min", dtype)
         info = np.iinfo(dtype.numpy)
         return Const(int(info.min if combiner == "max" else info.max), dtype)
-    raise ValueError(f"unknown combiner {combiner!r}")
+    if combiner == "fmax" and dtype.is_float:
+        return Const(float("nan"), dtype)
+    raise ValueError(f"unknown combiner {combiner!r} for {dtype}")
 
 
 def reduce_sum(source: Expr, axis, condition: Expr | None = None) -> Reduce:
@@ -260,6 +264,11 @@ def reduce_prod(source: Expr, axis, condition: Expr | None = None) -> Reduce:
 
 def reduce_max(source: Expr, axis, condition: Expr | None = None) -> Reduce:
     return Reduce("max", source, _axes(axis), identity("max", source.dtype), condition)
+
+
+def reduce_fmax(source: Expr, axis, condition: Expr | None = None) -> Reduce:
+    """The maximum of the terms that are numbers (NaN terms are skipped; all NaN: NaN)."""
+    return Reduce("fmax", source, _axes(axis), identity("fmax", source.dtype), condition)
 
 
 def reduce_min(source: Expr, axis, condition: Expr | None = None) -> Reduce:

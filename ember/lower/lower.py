@@ -273,6 +273,12 @@ def _prefers_output_accumulation(stage: Stage, red: Reduce) -> bool:
 
 
 def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:
+    if combiner == "fmax":
+        # C's fmax as selects, which vectorize (a NaN is the one value unequal to itself):
+        # a NaN term keeps the accumulator, a NaN accumulator (the initial value) takes the
+        # term, else the larger one.
+        return Select(value.eq(value), Select(acc.eq(acc), Binary("max", acc, value), value),
+                      acc)
     op = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}.get(combiner)
     if op is None:
         raise LoweringError(f"unknown reduction combiner {combiner!r}")
