@@ -51,6 +51,10 @@ from ember.ir.loop.stmt import (Allocate, For, Gemm, GemmKnobs, PrimFunc, Seq, S
 MIN_GEMM_WORK = 1 << 12
 # Work (multiply-adds) per parallel task that pays for sharing among threads.
 WORK_PER_TASK = 1 << 20
+# ... and bytes of B per task: a product with few rows (a batch-1 Linear) does little work per
+# byte of its weights and is bound by streaming them, so its tasks are sized by B's bytes
+# (the MLP 784-1024-1024 at batch 1 ran one task per layer: 13 % slower than split in 16).
+B_BYTES_PER_TASK = 256 << 10
 MAX_TASKS = 32
 ROWS_PER_TASK = 96  # rows of A per task: a 96 x kc block of A stays in L2
 # The most scratch that B's panels for every batch element may take (more: one at a time).
@@ -636,8 +640,8 @@ def default_knobs(m: int, n: int, k: int, batch: int, target: Target,
 
     Reduction blocks: ``kc`` terms such that a ``kc x nr`` panel of B takes at most a quarter
     of the L1 data cache (256 terms, else 128), split evenly.  Tasks: about one per
-    ``WORK_PER_TASK`` multiply-adds (a multiple of the target's threads, at most
-    ``MAX_TASKS``), cut along the dimension whose operand is cheaper to read again -- every
+    ``WORK_PER_TASK`` multiply-adds or ``B_BYTES_PER_TASK`` bytes of B, whichever gives more
+    (a multiple of the target's threads, at most ``MAX_TASKS``), cut along the dimension whose operand is cheaper to read again -- every
     task reads its rows of A against its panels of B, so with few rows (an MLP, a batch-1
     transformer) the columns are split and A is re-read, and with many rows the rows are.
     """
@@ -655,7 +659,8 @@ def default_knobs(m: int, n: int, k: int, batch: int, target: Target,
     panels = -(-n // nr)
     micro_rows = -(-m // mr)
     work = m * n * k * batch
-    tasks = max(1, min(MAX_TASKS, work // WORK_PER_TASK))
+    streamed = 4 * k * n * batch  # bytes of B the product reads
+    tasks = max(1, min(MAX_TASKS, max(work // WORK_PER_TASK, streamed // B_BYTES_PER_TASK)))
     if tasks > 1 and target.threads > 1:
         tasks = -(-tasks // target.threads) * target.threads
     per_batch = max(1, -(-tasks // batch))
