@@ -406,14 +406,28 @@ def _emit_pack_panel(em: "_KernelEmitter", s: Gemm, inner: int, p: str, bt: str,
     line(inner, f"if ({uniform}) {{")
     _emit_pack_rows(em, s, inner + 1, (q, kk, offsets, src, dst), step)
     line(inner, "} else {")
-    _emit_pack_rows(em, s, inner + 1, (q, kk, offsets, src, dst), None)
+    # The other panels are runs of evenly spaced columns (a panel that spans the end of one
+    # output row and the start of the next: two runs) and runs of padding; the runs are the
+    # same for every row of the panel, so they are found once and each row copies run by run.
+    runs, starts, sources = fresh("runs"), fresh("run_at"), fresh("run_from")
+    line(inner + 1, f"long {starts}[{nr + 1}], {sources}[{nr}];")
+    line(inner + 1, f"long {runs} = 0;")
+    line(inner + 1, f"for (long {q} = 0; {q} < {nr}; ++{q}) {{")
+    line(inner + 2, f"if ({q} == 0 || ({offsets}[{q}] < 0) != ({offsets}[{q} - 1] < 0) || "
+                    f"({offsets}[{q}] >= 0 && {offsets}[{q}] != {offsets}[{q} - 1] + {step})) "
+                    f"{{")
+    line(inner + 3, f"{starts}[{runs}] = {q}; {sources}[{runs}] = {offsets}[{q}]; ++{runs};")
+    line(inner + 2, "}")
+    line(inner + 1, "}")
+    line(inner + 1, f"{starts}[{runs}] = {nr};")
+    _emit_pack_runs(em, s, inner + 1, (kk, src, dst, runs, starts, sources), step)
     line(inner, "}")
 
 
 def _emit_pack_rows(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str, ...],
-                    step: int | None) -> None:
-    """The loops over B's reduction dims copying one panel row per step: by column offsets
-    (``step`` None; zero for padding) or NR floats ``step`` apart from the first offset."""
+                    step: int) -> None:
+    """The loops over B's reduction dims copying one panel row per step: NR floats ``step``
+    apart from the first column's offset (a panel that is one run)."""
     fresh, line = em.names.fresh, em.line
     nr = s.knobs.nr
     q, kk, offsets, src, dst = names
@@ -424,11 +438,7 @@ def _emit_pack_rows(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str,
     body = inner + len(k_vars)
     k_offset = " + ".join(f"{var} * {stride}" for var, (_, stride) in zip(k_vars, s.b_k_dims))
     line(body, f"const float *row = {src} + {k_offset};")
-    if step is None:
-        line(body, f"for (long {q} = 0; {q} < {nr}; ++{q})")
-        line(body + 1, f"{dst}[{kk} * {nr} + {q}] = {offsets}[{q}] >= 0 ? "
-                       f"row[{offsets}[{q}]] : 0.0f;")
-    elif step == 1:
+    if step == 1:
         # whole vectors (GCC expanded a memcpy of the 64-byte row into four 16-byte moves)
         lanes = s.knobs.lanes
         vector = unaligned_vector_type(em.ctx.helpers, lanes)
@@ -438,6 +448,38 @@ def _emit_pack_rows(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str,
     else:
         line(body, f"for (long {q} = 0; {q} < {nr}; ++{q})")
         line(body + 1, f"{dst}[{kk} * {nr} + {q}] = row[{offsets}[0] + {q} * {step}];")
+    line(body, f"++{kk};")
+    for level in range(body - 1, inner - 1, -1):
+        line(level, "}")
+
+
+def _emit_pack_runs(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str, ...],
+                    step: int) -> None:
+    """The loops over B's reduction dims copying one panel row per step, run by run: a run
+    of padding is zeros, any other run copies its columns ``step`` apart in B."""
+    fresh, line = em.names.fresh, em.line
+    nr = s.knobs.nr
+    kk, src, dst, runs, starts, sources = names
+    line(inner, f"long {kk} = 0;")
+    k_vars = [fresh("k") for _ in s.b_k_dims]
+    for level, (var, (extent, _)) in enumerate(zip(k_vars, s.b_k_dims)):
+        line(inner + level, f"for (long {var} = 0; {var} < {extent}; ++{var}) {{")
+    body = inner + len(k_vars)
+    k_offset = " + ".join(f"{var} * {stride}" for var, (_, stride) in zip(k_vars, s.b_k_dims))
+    r, q = fresh("r"), fresh("q")
+    to, start, length = fresh("to"), fresh("from"), fresh("length")
+    line(body, f"const float *row = {src} + {k_offset};")
+    line(body, f"for (long {r} = 0; {r} < {runs}; ++{r}) {{")
+    line(body + 1, f"float *{to} = {dst} + {kk} * {nr} + {starts}[{r}];")
+    line(body + 1, f"const long {length} = {starts}[{r} + 1] - {starts}[{r}];")
+    line(body + 1, f"if ({sources}[{r}] < 0) {{")
+    line(body + 2, f"for (long {q} = 0; {q} < {length}; ++{q}) {to}[{q}] = 0.0f;")
+    line(body + 1, "} else {")
+    line(body + 2, f"const float *{start} = row + {sources}[{r}];")
+    line(body + 2, f"for (long {q} = 0; {q} < {length}; ++{q}) "
+                   f"{to}[{q}] = {start}[{q} * {step}];")
+    line(body + 1, "}")
+    line(body, "}")
     line(body, f"++{kk};")
     for level in range(body - 1, inner - 1, -1):
         line(level, "}")
