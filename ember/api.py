@@ -43,9 +43,9 @@ from ember.ir.types import TensorType
 from ember.passes.batch_split import (BatchSplit, NotSeparable, analyze_batch_split,
                                       analyze_batch_split_at, batch_symbol,
                                       mentions_other_symbols)
-from ember.runtime.binding import as_array, bind_call, bind_run, call_result
+from ember.runtime.binding import as_array, bind_call, bind_outputs, bind_run, call_result
 from ember.runtime.blocked import BatchBlockedModel
-from ember.runtime.blocks import plan_blocks, run_in_blocks
+from ember.runtime.blocks import check_block_outputs, plan_blocks, run_in_blocks
 from ember.runtime.loader import load as load_artifact
 from ember.runtime.errors import ModelLoadError
 from ember.runtime.manifest import HostNodeEntry
@@ -108,6 +108,8 @@ class Module:
         self._pending: dict[tuple, Future] = {}
         # (dtype, shape) of each input -> its variant, for calls whose inputs were seen before
         self._by_call_key: dict[tuple, tuple[Build, CompiledModel]] = {}
+        # (call key, variant, shapes) of the last call __call__ sent straight to a variant
+        self._last_call: tuple | None = None
         self._variants_lock = threading.Lock()
         self._last: tuple[Build, CompiledModel] | None = None
         self._num_threads: int | None = None
@@ -415,22 +417,73 @@ class Module:
     def output_names(self) -> list[str]:
         return list(self.graph.outputs)
 
-    def run(self, feeds: Any) -> dict[str, np.ndarray]:
-        """Run on a dict name -> array (or a list/tuple in input order); outputs by name."""
-        return self._run(bind_run(self.input_names, feeds))
+    def run(self, feeds: Any, *, out: Any = None) -> dict[str, np.ndarray]:
+        """Run on a dict name -> array (or a list/tuple in input order); outputs by name.
+        ``out``: arrays to write the outputs into, as for :meth:`__call__`."""
+        return self._run(bind_run(self.input_names, feeds),
+                         bind_outputs(self.graph.outputs, out))
 
-    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         """Run on positional and/or named arrays: the output array of a one-output model,
-        else a tuple of arrays in output order."""
-        return call_result(self.output_names,
-                           self._run(bind_call(self.input_names, args, kwargs)))
+        else a tuple of arrays in output order.
 
-    def _run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        ``out`` (optional) takes the outputs instead of new arrays: an array (one-output
+        model), a list/tuple in output order (None where a new array will do) or a dict
+        output name -> array, each a writable, C-contiguous array of the output's exact
+        dtype and shape for this call (else an InputError naming the output).  The results
+        are written into them and the same arrays returned (as ``CompiledModel.__call__``
+        does; a model with an input named ``out`` takes it as that input).
+        """
+        if out is not None and "out" in self.graph.inputs:
+            kwargs["out"], out = out, None
+        targets = bind_outputs(self.graph.outputs, out)
+        if not kwargs:  # arrays of dtypes and shapes seen before: straight to their runtime
+            runtime = self._known_runtime(args)
+            if runtime is not None:
+                outputs = runtime._execute(args, targets)
+                return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return call_result(self.output_names,
+                           self._run(bind_call(self.input_names, args, kwargs), targets))
+
+    def _known_runtime(self, args: tuple) -> CompiledModel | None:
+        """The runtime of the variant that ran inputs of these dtypes and shapes, all given
+        positionally as plain arrays, before (None otherwise); it is now the current one."""
+        names = self.graph.inputs
+        if len(args) != len(names):
+            return None
+        key = []
+        for value in args:
+            if type(value) is not np.ndarray:
+                return None
+            key.append((value.dtype, value.shape))
+        key = tuple(key)
+        last = self._last_call  # (key, variant, shapes) of the last call served here
+        if last is None or last[0] != key:
+            known = self._by_call_key.get(key)
+            if known is None or known[1]._output_names != tuple(self.graph.outputs):
+                return None
+            last = self._last_call = (key, known, dict(zip(names, (s for _, s in key))))
+        self._last, self._last_shapes = last[1], last[2]
+        return last[1][1]
+
+    def _run(self, feeds: Mapping[str, Any], out: Sequence[Any] | None = None
+             ) -> dict[str, np.ndarray]:
+        """Run on inputs bound by name; ``out``: caller-given arrays, one entry per output
+        in output order (None: a new array), from :func:`bind_outputs`."""
         arrays, plan = self._bind(feeds, blocks=True)
+        given = {} if out is None else \
+            {name: array for name, array in zip(self.graph.outputs, out) if array is not None}
         if isinstance(plan, tuple):
-            return plan[1]._run(arrays)  # bound and checked above
-        return run_in_blocks(arrays, plan.split.inputs, plan.split.batch_outputs,
-                             [(size, variant[1]._run) for size, variant in plan.blocks])
+            # bound and checked above
+            return plan[1]._run(arrays, given) if given else plan[1]._run(arrays)
+        checked = given and check_block_outputs(
+            given, plan.blocks[0][1][1].outputs, plan.blocks[0][0],
+            sum(size for size, _ in plan.blocks), plan.split.batch_outputs)
+        result = run_in_blocks(arrays, plan.split.inputs, plan.split.batch_outputs,
+                               [(size, variant[1]._run) for size, variant in plan.blocks],
+                               checked)
+        result.update(given)  # the caller's very arrays
+        return result
 
     def _bind(self, feeds: Mapping[str, Any], blocks: bool = False, traced: bool = True
               ) -> tuple[dict[str, np.ndarray], Any]:
@@ -448,7 +501,8 @@ class Module:
             self._last_shapes = {name: feeds[name].shape for name in self.graph.inputs}
             return dict(feeds), known
 
-        arrays = {name: as_array(name, value, _describe(self.graph.types.get(name)))
+        arrays = {name: value if type(value) is np.ndarray else
+                  as_array(name, value, _describe(self.graph.types.get(name)))
                   for name, value in feeds.items()}
         check_inputs(self.graph, arrays)  # dtype, rank, static dims: before compiling
         shapes = self._shapes_from({name: tuple(array.shape) for name, array in arrays.items()})
@@ -816,7 +870,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
             opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None,
             sanitize: bool = False, memory_limit: int | str | None = None,
             dynamic_shapes: Any = None, dynamic_batch: bool | None = None,
-            threads: int | None = None, base_dir: str | Path | None = None) -> Module:
+            threads: int | None = None, base_dir: str | Path | None = None,
+            kernel_configs: Mapping[str, Any] | None = None) -> Module:
     """Compile an ONNX model (path, bytes, ModelProto), a ``torch.nn.Module`` or an ember
     Graph to native code.
 
@@ -839,6 +894,9 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     ``base_dir`` is the directory an ONNX model's external tensor data is read from: by
     default the model file's own directory; a model given as bytes or a ModelProto with
     external tensors needs it (nothing is ever read relative to the working directory).
+    ``kernel_configs`` maps workload keys (``ember.schedule.workload``) to schedule configs
+    (``ember.schedule.config.KernelConfig``): a kernel whose key is listed is scheduled with
+    that config, every other one with the default heuristic -- what a tuner's records feed.
     """
     threads = check_thread_count(threads)
     if memory_limit is not None:
@@ -846,7 +904,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     graph = _as_graph(model, memory_limit, example_inputs, dynamic_shapes, base_dir)
     resolved = target if isinstance(target, Target) else Target.parse(target)
     options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
-                           memory_limit=memory_limit)
+                           memory_limit=memory_limit, kernel_configs=dict(kernel_configs or {}))
     module = Module(graph, options, input_shapes, dynamic_batch=dynamic_batch)
     if threads is not None:
         module.set_num_threads(threads)

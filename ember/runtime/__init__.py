@@ -5,6 +5,7 @@
                                                  # for a model saved to run any batch size
     outputs = model.run({"input": x})        # dict name -> array
     y = model(x)                             # the array (a tuple for several outputs)
+    model(x2, out=y)                         # written into y (a list/dict for several), y back
     times = model.profile({"input": x})      # per-step medians: times.step_seconds
 """
 

@@ -9,6 +9,11 @@ take inputs the same way, through these functions:
   output order (:func:`call_result`).
 * ``model.run(feeds)``: ``feeds`` is a mapping name -> array, or a list/tuple of arrays in
   input order (a bare ndarray is one input).  Returns a dict output name -> array.
+* ``out=`` (both forms, keyword only): arrays the outputs are written into instead of new
+  ones, given as the inputs are -- a list/tuple in output order (None where a new array will
+  do), a dict output name -> array, or one array for a one-output model
+  (:func:`bind_outputs`); each must be a writable, C-contiguous array of the output's exact
+  dtype and shape (:func:`check_output`).  The call returns those same arrays.
 
 Missing, unknown, surplus and doubly given (positionally and by name) inputs are
 :class:`InputError` exceptions that name them.  Values must be numpy arrays; a numpy scalar
@@ -41,8 +46,20 @@ def bind_call(names: Sequence[str], args: Sequence[Any],
     return feeds
 
 
-def bind_run(names: Sequence[str], feeds: Any) -> dict[str, Any]:
-    """Inputs of ``model.run(feeds)`` by name (values unchecked)."""
+def bind_run(names: Sequence[str], feeds: Any, ordered: bool = False) -> Any:
+    """Inputs of ``model.run(feeds)`` by name (values unchecked); with ``ordered``, their
+    values in the order of ``names`` instead."""
+    if type(feeds) is dict and len(feeds) == len(names):
+        # the common case: exactly the model's inputs (then every key is one of its names)
+        try:
+            values = [feeds[name] for name in names]
+        except KeyError:
+            pass
+        else:
+            return values if ordered else feeds
+    if ordered:
+        bound = bind_run(names, feeds)
+        return [bound[name] for name in names]
     if isinstance(feeds, Mapping):
         not_strings = [key for key in feeds if not isinstance(key, str)]
         if not_strings:
@@ -84,6 +101,60 @@ def check_array(name: str, value: np.ndarray, dtype: np.dtype, shape: Sequence[i
     if tuple(value.shape) != tuple(shape):
         raise InputError(f"input '{name}' has shape {tuple(value.shape)}; the compiled model "
                          f"expects {tuple(shape)} (recompile for other shapes)")
+
+
+def bind_outputs(names: Sequence[str], out: Any) -> list[Any] | None:
+    """The caller-given output arrays of ``out=``, one entry per output in the order of
+    ``names`` (None: the model allocates that output); values are checked by the caller
+    against the shapes of the call (:func:`check_output`)."""
+    if out is None:
+        return None
+    if isinstance(out, (list, tuple)):
+        if len(out) != len(names):
+            raise InputError(f"out= takes one entry per output in output order {list(names)} "
+                             f"(None for one the model allocates), got {len(out)}")
+        return list(out)
+    if isinstance(out, (np.ndarray, np.generic)):
+        if len(names) != 1:
+            raise InputError(f"out= takes one array per output, in a list/tuple in output "
+                             f"order or a dict by name: the model has {len(names)} outputs "
+                             f"{list(names)}, got a single array")
+        return [out]
+    if isinstance(out, Mapping):
+        unknown = [key for key in out if key not in names]
+        if unknown:
+            raise InputError(f"out= names unknown output(s) {unknown!r}; the model's outputs "
+                             f"are {list(names)}")
+        return [out.get(name) for name in names]
+    raise InputError(f"out= takes a list/tuple of arrays in output order {list(names)}, a "
+                     f"dict output name -> array or, for one output, an array; got "
+                     f"{type(out).__name__}")
+
+
+def check_output(name: str, value: Any, dtype: np.dtype, shape: Sequence[int]) -> np.ndarray:
+    """A caller-given output array (``out=``) a run may write, as a plain ndarray: exact dtype
+    and shape, C-contiguous and writable; else an InputError naming the output."""
+    array = value if type(value) is np.ndarray else \
+        np.asarray(value) if isinstance(value, np.ndarray) else None
+    if array is not None and array.flags.c_contiguous and array.flags.writeable and \
+            array.dtype == dtype and array.shape == shape:
+        return array
+    expected = f"{dtype.name}{list(shape)}"
+    if array is None:
+        raise InputError(f"output '{name}' given in out= must be a numpy array of "
+                         f"{expected}, got {type(value).__name__}")
+    if array.dtype != dtype:
+        raise InputError(f"output '{name}' given in out= has dtype {array.dtype}; the "
+                         f"compiled model writes {expected}")
+    if array.shape != tuple(shape):
+        raise InputError(f"output '{name}' given in out= has shape {tuple(array.shape)}; the "
+                         f"compiled model writes {expected}")
+    if not array.flags.c_contiguous:
+        raise InputError(f"output '{name}' given in out= is not C-contiguous (a strided or "
+                         f"transposed view?); give a contiguous array of {expected}")
+    if not array.flags.writeable:
+        raise InputError(f"output '{name}' given in out= is read-only; give a writable array")
+    return array
 
 
 def call_result(names: Sequence[str], outputs: Mapping[str, Any]) -> Any:

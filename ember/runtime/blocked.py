@@ -28,8 +28,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from ember.runtime.artifact import read_artifact_in
-from ember.runtime.binding import as_array, bind_call, bind_run, call_result, check_array
-from ember.runtime.blocks import plan_blocks, run_in_blocks
+from ember.runtime.binding import (as_array, bind_call, bind_outputs, bind_run, call_result,
+                                   check_array)
+from ember.runtime.blocks import check_block_outputs, plan_blocks, run_in_blocks
 from ember.runtime.dtypes import numpy_dtype
 from ember.runtime.errors import ExecutionError, InputError, ModelLoadError
 from ember.runtime.files import ArtifactDirectory
@@ -147,6 +148,10 @@ class BatchBlockedModel:
         self.outputs: tuple[TensorSpec, ...] = blocks[0][1].outputs
         _check_blocks(index, blocks, f"artifact '{self.path}'")
         self._runners = {size: model._run for size, model in blocks}
+        # how a batch input is spelled in messages: float32[N, 16]
+        self._batch_expected = {
+            spec.name: f"{spec.dtype}[{', '.join(['N', *map(str, spec.shape[1:])])}]"
+            for spec in self.inputs if spec.name in index.batch_inputs}
 
     @property
     def digest(self) -> str:
@@ -186,13 +191,27 @@ class BatchBlockedModel:
                 total[key] = total.get(key, 0) + value
         return total
 
-    def run(self, feeds: Any) -> dict[str, np.ndarray]:
-        """Run on a dict name -> array (or a list/tuple in input order); outputs by name."""
-        return self._run(bind_run(self.input_names, feeds))
+    def run(self, feeds: Any, *, out: Any = None) -> dict[str, np.ndarray]:
+        """Run on a dict name -> array (or a list/tuple in input order); outputs by name.
+        ``out``: arrays to write the outputs into, as for :meth:`__call__`."""
+        return self._run(bind_run(self.input_names, feeds), self._given(out))
 
-    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        """Run on positional and/or named arrays: the output array of a one-output model,
+        else a tuple of arrays in output order.  ``out``: arrays to write the outputs
+        into, as for ``CompiledModel.__call__``, of this call's shapes (a batch output
+        holds the rows of every sample of the call)."""
+        if out is not None and "out" in self.input_names:
+            kwargs["out"], out = out, None
         return call_result(self.output_names,
-                           self._run(bind_call(self.input_names, args, kwargs)))
+                           self._run(bind_call(self.input_names, args, kwargs),
+                                     self._given(out)))
+
+    def _given(self, out: Any) -> dict[str, Any]:
+        """The caller-given outputs of ``out=``, by name (unchecked)."""
+        targets = bind_outputs(self.output_names, out)
+        return {} if targets is None else \
+            {name: array for name, array in zip(self.output_names, targets) if array is not None}
 
     def profile(self, feeds: Any, repeat: int = 10, warmup: int = 2) -> StepTimes:
         """Time every step of the block whose size is the batch of ``feeds``."""
@@ -204,12 +223,23 @@ class BatchBlockedModel:
                              f"give a batch of {' or '.join(map(str, self.block_sizes))} "
                              f"samples, not {batch}")
 
-    def _run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _run(self, feeds: Mapping[str, Any], out: Mapping[str, Any] | None = None
+             ) -> dict[str, np.ndarray]:
+        """Run on inputs bound by name; ``out``: caller-given arrays of some outputs, by
+        name, of the whole call's shapes (checked here)."""
         arrays, batch = self._checked(feeds)
         sizes = plan_blocks(batch, self.block_sizes)
         assert sizes is not None  # a block of 1 exists (checked at load)
-        return run_in_blocks(arrays, self.index.batch_inputs, self.index.batch_outputs,
-                             [(size, self._runners[size]) for size in sizes])
+        checked = out and check_block_outputs(out, self.outputs, self.blocks[0][0], batch,
+                                               self.index.batch_outputs)
+        if len(sizes) == 1:  # a batch of a block's size: that block alone, on the inputs
+            result = self._runners[batch](arrays, checked)
+        else:
+            result = run_in_blocks(arrays, self.index.batch_inputs, self.index.batch_outputs,
+                                   [(size, self._runners[size]) for size in sizes], checked)
+        if out:
+            result.update(out)  # the caller's very arrays
+        return result
 
     def _checked(self, feeds: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
         """The inputs as arrays of the right element types and shapes, and the batch size."""
@@ -217,13 +247,15 @@ class BatchBlockedModel:
         batch: int | None = None
         for spec in self.inputs:
             dtype = numpy_dtype(spec.dtype)
+            value = feeds[spec.name]
             if spec.name not in self.index.batch_inputs:
-                array = as_array(spec.name, feeds[spec.name], spec.describe())
+                array = value if type(value) is np.ndarray else \
+                    as_array(spec.name, value, spec.describe())
                 check_array(spec.name, array, dtype, spec.shape)
                 arrays[spec.name] = array
                 continue
-            expected = f"{spec.dtype}[{', '.join(['N', *map(str, spec.shape[1:])])}]"
-            array = as_array(spec.name, feeds[spec.name], expected)
+            expected = self._batch_expected[spec.name]
+            array = value if type(value) is np.ndarray else as_array(spec.name, value, expected)
             if array.ndim != len(spec.shape) or array.shape[1:] != spec.shape[1:]:
                 raise InputError(f"input '{spec.name}' has shape {tuple(array.shape)}; the "
                                  f"compiled model expects {expected} (any batch size N)")

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ember.runtime.binding import as_array, check_array
 from ember.runtime.dtypes import numpy_dtype
 from ember.runtime.errors import ExecutionError
-from ember.runtime.model import CompiledModel, _aligned_like, aligned_empty
+from ember.runtime import model as runtime_model
+from ember.runtime.model import CompiledModel, _aligned_like, _caller_outputs
 
 
 @dataclass(frozen=True)
@@ -46,48 +47,46 @@ class RuntimeDimsModel(CompiledModel):
         super().__init__(artifact, **kwargs)
         self._resolver = resolver
         self._input_pointers = ctypes.c_void_p * (len(self.inputs) + 1)
+        self._input_slots = self._input_pointers()
 
     @property
     def supports_profiling(self) -> bool:
         return False
 
-    def _run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _execute(self, values: Sequence[Any], out: Sequence[Any] | None = None
+                 ) -> list[np.ndarray]:
         arrays = {}
-        for spec in self.inputs:
-            array = as_array(spec.name, feeds[spec.name], spec.describe())
-            arrays[spec.name] = array
+        for spec, value in zip(self.inputs, values):
+            arrays[spec.name] = as_array(spec.name, value, spec.describe())
         binding = self._resolver({name: tuple(a.shape) for name, a in arrays.items()})
         inputs = []
         for spec in self.inputs:
             array = arrays[spec.name]
             check_array(spec.name, array, numpy_dtype(spec.dtype), tuple(array.shape))
             inputs.append(_aligned_like(np.ascontiguousarray(array), self._input_alignment))
-        outputs = [_empty(shape, numpy_dtype(spec.dtype))
-                   for spec, shape in zip(self.outputs, binding.outputs)]
         dims = np.array(binding.dims, dtype=np.int64)
-        in_ptrs = self._input_pointers(*[a.ctypes.data for a in inputs], dims.ctypes.data)
-        out_ptrs = self._output_pointers(*[o.ctypes.data for o in outputs])
-        with self._lock:
-            if self._workspace.nbytes < binding.workspace_size:
-                self._workspace = aligned_empty(binding.workspace_size)
-                self._workspace_address = self._workspace.ctypes.data
-            self._host_error = None
-            status = self._lib.ember_run(in_ptrs, out_ptrs, self._weights_address,
-                                         self._workspace_address, self._host_callback, None)
-            error, self._host_error = self._host_error, None
-        if status != 0:
-            raise self._status_error(status, error)
-        return {spec.name: array for spec, array in zip(self.outputs, outputs)}
+        addresses = [a.ctypes.data for a in inputs]
+        layouts = [(_nbytes(shape, dtype), dtype, shape) for dtype, shape in
+                   zip((numpy_dtype(spec.dtype) for spec in self.outputs), binding.outputs)]
+        if out is None:
+            outputs = [runtime_model._output_buffer(*layout) for layout in layouts]
+            results, out_addresses, copies = [a for a, _ in outputs], [a for _, a in outputs], []
+        else:
+            results, out_addresses, copies = _caller_outputs(
+                self._output_names, layouts, out, addresses, [a.nbytes for a in inputs])
+        self._call(self._run_entry, [*addresses, dims.ctypes.data], out_addresses,
+                   workspace_size=binding.workspace_size)
+        for target, scratch in copies:
+            np.copyto(target, scratch)
+        return results
 
     def profile(self, *args: Any, **kwargs: Any) -> Any:
         raise ExecutionError("profiling a build that takes its dims at run time is not "
                              "supported; profile a module compiled for static shapes")
 
 
-def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """An aligned, uninitialized array (ember_run writes every output whole)."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    return aligned_empty(max(nbytes, 1), zeroed=False)[:nbytes].view(dtype).reshape(shape)
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
 
 __all__ = ["DimsBinding", "DimsResolver", "RuntimeDimsModel"]

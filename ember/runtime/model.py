@@ -22,12 +22,13 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ember.runtime.artifact import LIBRARY_FILE, WEIGHTS_FILE, Artifact, read_artifact
-from ember.runtime.binding import as_array, bind_call, bind_run, call_result, check_array
+from ember.runtime.binding import (as_array, bind_call, bind_outputs, bind_run, check_array,
+                                   check_output)
 from ember.runtime.dtypes import numpy_dtype
 from ember.runtime.errors import EmberError, ExecutionError, InputError, ModelLoadError
 from ember.runtime.library import load_library
@@ -47,6 +48,15 @@ HostFunction = Callable[[list[np.ndarray]], list[np.ndarray]]
 # into a function from input arrays to output arrays.  ember.load() provides one built on the
 # op registry.
 HostResolver = Callable[[HostNodeEntry], HostFunction]
+
+
+# The address of a writable, C-contiguous, non-empty array's data, through the buffer protocol:
+# a quarter of what ``array.ctypes.data`` costs (which builds a ctypes helper object).  Only
+# for element types numpy exports buffers of (not ml_dtypes' bfloat16 & co.): see
+# :func:`_exports_buffers` and :func:`_data_address`.
+_char_at = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+_ndarray = np.ndarray
 
 
 def aligned_empty(nbytes: int, zeroed: bool = True) -> np.ndarray:
@@ -79,7 +89,8 @@ class CompiledModel:
 
     ``model(*arrays, **named)`` returns the output array of a one-output model and a tuple of
     arrays otherwise; ``model.run(feeds)`` takes a dict name -> array (or a list/tuple in input
-    order) and returns a dict name -> array.  See :mod:`ember.runtime.binding`.
+    order) and returns a dict name -> array; both take ``out=``, arrays to write the outputs
+    into (see :meth:`__call__`).  See :mod:`ember.runtime.binding`.
     """
 
     def __init__(self, path: str | Path | Artifact, host_resolver: HostResolver | None = None,
@@ -119,6 +130,25 @@ class CompiledModel:
         self._input_dtypes = {spec.name: numpy_dtype(spec.dtype) for spec in self.inputs}
         self._host_error: BaseException | None = None
         self._host_callback = HOST_FN(self._on_host_call)
+        # What every call needs, prepared once: names in order, the (dtype, shape) an input
+        # must have to be passed as it is (None: a zero-size input or one of an element type
+        # without buffer exports, always the checked path),
+        # (bytes, dtype, shape) of every output, and the pointer arrays ember_run reads
+        # (filled under the lock, so threads do not share a half-filled one).
+        self._input_names = tuple(spec.name for spec in self.inputs)
+        self._output_names = tuple(spec.name for spec in self.outputs)
+        self._out_is_input = "out" in self._input_names
+        self._fast_inputs = tuple(
+            (numpy_dtype(spec.dtype), spec.shape)
+            if spec.size and _exports_buffers(numpy_dtype(spec.dtype)) else None
+            for spec in self.inputs)
+        self._input_nbytes = tuple(spec.nbytes for spec in self.inputs)
+        self._output_layouts = tuple((spec.nbytes, numpy_dtype(spec.dtype), spec.shape)
+                                     for spec in self.outputs)
+        self._input_slots = self._input_pointers()
+        self._output_slots = self._output_pointers()
+        self._run_entry = self._lib.ember_run
+        self._library_threads = _threads_of(self._lib)
         if threads is not None:
             self.set_num_threads(threads)
 
@@ -252,6 +282,7 @@ class CompiledModel:
             self._threads = int(count or 0)
             if self._set_threads is not None:
                 self._set_threads(self._threads)
+                self._library_threads.count = self._threads
 
     @property
     def num_threads(self) -> int:
@@ -260,6 +291,7 @@ class CompiledModel:
             return 1
         with self._lock:
             self._set_threads(self._threads)
+            self._library_threads.count = self._threads
             return int(self._lib.ember_get_num_threads())
 
     def thread_stats(self) -> dict[str, int]:
@@ -273,15 +305,35 @@ class CompiledModel:
         self._lib.ember_thread_stats(values, len(THREAD_STATS))
         return dict(zip(THREAD_STATS, (int(v) for v in values)))
 
-    def run(self, feeds: Any) -> dict[str, np.ndarray]:
-        """Run on a dict name -> array (or a list/tuple in input order); outputs by name."""
-        return self._run(bind_run(self.input_names, feeds))
+    def run(self, feeds: Any, *, out: Any = None) -> dict[str, np.ndarray]:
+        """Run on a dict name -> array (or a list/tuple in input order); outputs by name.
+        ``out``: arrays to write the outputs into, as for :meth:`__call__`."""
+        outputs = self._execute(bind_run(self._input_names, feeds, ordered=True),
+                                None if out is None else bind_outputs(self._output_names, out))
+        return dict(zip(self._output_names, outputs))
 
-    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         """Run on positional and/or named arrays: the output array of a one-output model,
-        else a tuple of arrays in output order."""
-        return call_result(self.output_names, self._run(bind_call(self.input_names, args,
-                                                                  kwargs)))
+        else a tuple of arrays in output order.
+
+        ``out`` (optional) takes the outputs instead of new arrays: an array (one-output
+        model), a list/tuple in output order (None where a new array will do) or a dict
+        output name -> array.  Each must be a writable, C-contiguous numpy array of the
+        output's exact dtype and shape (else an InputError naming the output); the results
+        are written into them and the same arrays returned.  (If the call raises, their
+        contents are unspecified.)  An array whose data is 64-byte aligned -- as the arrays
+        a call returns are -- and that shares no memory with an input is written directly;
+        any other gets the results copied in.  A model with an input named ``out`` takes it
+        as that input: pass ``out`` to :meth:`run` instead.
+        """
+        if out is not None and self._out_is_input:
+            kwargs["out"], out = out, None
+        if kwargs or len(args) != len(self._input_names):
+            feeds = bind_call(self._input_names, args, kwargs)
+            args = tuple(feeds[name] for name in self._input_names)
+        outputs = self._execute(args, None if out is None else
+                                bind_outputs(self._output_names, out))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def profile(self, feeds: Any, repeat: int = 10, warmup: int = 2) -> StepTimes:
         """Time every step of a run on ``feeds`` (as for :meth:`run`).
@@ -299,40 +351,109 @@ class CompiledModel:
                 f"monotonic clock); compile and save the model again with this ember")
         bound = bind_run(self.input_names, feeds)
         arrays = [self._input_array(spec, bound[spec.name]) for spec in self.inputs]
+        addresses = [array.ctypes.data for array in arrays]
         steps = self._steps or 0
 
         def profiled(slots: np.ndarray) -> dict[str, np.ndarray]:
-            outputs = [_aligned_array(spec) for spec in self.outputs]
-            self._call(self._lib.ember_run_profiled, arrays, outputs, slots.ctypes.data)
-            return {spec.name: array for spec, array in zip(self.outputs, outputs)}
+            outputs = [_output_buffer(*layout) for layout in self._output_layouts]
+            self._call(self._lib.ember_run_profiled, addresses,
+                       [address for _, address in outputs], slots.ctypes.data)
+            return {spec.name: array for spec, (array, _) in zip(self.outputs, outputs)}
 
         return measure_steps(profiled, lambda: self._run(bound), steps, repeat, warmup)
 
-    def _run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        arrays = [self._input_array(spec, feeds[spec.name]) for spec in self.inputs]
-        outputs = [_aligned_array(spec) for spec in self.outputs]
-        self._call(self._lib.ember_run, arrays, outputs)
-        return {spec.name: array for spec, array in zip(self.outputs, outputs)}
+    def _run(self, feeds: Mapping[str, Any], out: Mapping[str, np.ndarray] | None = None
+             ) -> dict[str, np.ndarray]:
+        """Run on inputs bound by name; ``out``: caller-given arrays of some outputs, by
+        name (checked here)."""
+        targets = None if not out else [out.get(name) for name in self._output_names]
+        outputs = self._execute([feeds[name] for name in self._input_names], targets)
+        return dict(zip(self._output_names, outputs))
 
-    def _call(self, entry: Any, arrays: list[np.ndarray], outputs: list[np.ndarray],
-              *extra: Any) -> None:
-        """Call ``entry`` (ember_run or ember_run_profiled, then ``extra`` arguments) on the
-        bound buffers; a non-zero status becomes the error it stands for."""
-        in_ptrs = self._input_pointers(*[a.ctypes.data for a in arrays])
-        out_ptrs = self._output_pointers(*[o.ctypes.data for o in outputs])
+    def _execute(self, values: Sequence[Any], out: Sequence[Any] | None = None
+                 ) -> list[np.ndarray]:
+        """Run on the input values in input order; the outputs in output order.  ``out``:
+        one entry per output, a caller's array to write it into or None (a new array).
+
+        The per-call cost of a small model is this path, so it does what :meth:`_call` does
+        inline.  An input that is exactly what the code reads -- a plain, C-contiguous,
+        aligned, writable array of the input's dtype and shape -- is passed where it lies
+        after a handful of attribute checks; anything else takes :meth:`_input_array`, which
+        checks it fully and copies it when it must.
+        """
+        addresses = []
+        kept = []  # inputs copied here must live until the call returns
+        alignment = self._input_alignment
+        for index, fast in enumerate(self._fast_inputs):
+            value = values[index]
+            if fast is not None and type(value) is _ndarray and value.flags.carray and \
+                    value.dtype == fast[0] and value.shape == fast[1]:
+                address = _addressof(_char_at(value))
+                if address % alignment == 0:
+                    addresses.append(address)
+                    continue
+            array = self._input_array(self.inputs[index], value)
+            kept.append(array)
+            addresses.append(array.ctypes.data)
+        copies = None
+        if out is None:
+            results = []
+            out_addresses = []
+            for nbytes, dtype, shape in self._output_layouts:
+                array, address = _output_buffer(nbytes, dtype, shape)
+                results.append(array)
+                out_addresses.append(address)
+        else:
+            results, out_addresses, copies = _caller_outputs(
+                self._output_names, self._output_layouts, out, addresses, self._input_nbytes)
         with self._lock:
-            self._host_error = None
-            if self._set_threads is not None:  # this model's count, whoever shares the library
+            in_ptrs = self._input_slots
+            in_ptrs[:len(addresses)] = addresses
+            out_ptrs = self._output_slots
+            out_ptrs[:len(out_addresses)] = out_addresses
+            if self._library_threads.count != self._threads and self._set_threads is not None:
+                self._set_threads(self._threads)  # another model on the library set its own
+                self._library_threads.count = self._threads
+            status = self._run_entry(in_ptrs, out_ptrs, self._weights_address,
+                                     self._workspace_address, self._host_callback, None)
+            if status != 0:
+                error, self._host_error = self._host_error, None
+        if status != 0:
+            raise self._status_error(status, error)
+        if copies:
+            for target, scratch in copies:
+                np.copyto(target, scratch)
+        return results
+
+    def _call(self, entry: Any, inputs: Sequence[int], outputs: Sequence[int],
+              *extra: Any, workspace_size: int = 0) -> None:
+        """Call ``entry`` (ember_run or ember_run_profiled, then ``extra`` arguments) on the
+        buffers at these addresses (the inputs, then the outputs, in order); a non-zero
+        status becomes the error it stands for.  ``workspace_size``: the bytes this call's
+        workspace needs when more than the manifest's (a build that takes dims at run
+        time); the workspace grows to it.  (:meth:`_execute` does the same inline.)"""
+        with self._lock:
+            in_ptrs, out_ptrs = self._input_slots, self._output_slots
+            in_ptrs[:len(inputs)] = inputs
+            out_ptrs[:len(outputs)] = outputs
+            if workspace_size > self._workspace.nbytes:
+                self._workspace = aligned_empty(workspace_size)
+                self._workspace_address = self._workspace.ctypes.data
+            # this model's thread count, whoever shares the library
+            if self._set_threads is not None and self._library_threads.count != self._threads:
                 self._set_threads(self._threads)
+                self._library_threads.count = self._threads
             status = entry(in_ptrs, out_ptrs, self._weights_address, self._workspace_address,
                            self._host_callback, None, *extra)
-            error, self._host_error = self._host_error, None
+            if status != 0:  # the error a fallback node raised, if that is why (kept by
+                # its callback, which then returned 1 and so made the status non-zero)
+                error, self._host_error = self._host_error, None
         if status != 0:
             raise self._status_error(status, error)
 
     def _input_array(self, spec: TensorSpec, value: Any) -> np.ndarray:
-        # the common case first: an exact, contiguous array aligned as the code assumes is
-        # passed as it is (libraries from before ``input_alignment`` assume 64 bytes)
+        """``value`` checked against ``spec``: itself when the code can read it where it
+        lies, else a contiguous, aligned copy (or an InputError naming the input)."""
         if type(value) is np.ndarray and value.dtype == self._input_dtypes[spec.name] and \
                 value.shape == spec.shape and value.flags.c_contiguous and \
                 value.flags.aligned and value.ctypes.data % self._input_alignment == 0:
@@ -426,11 +547,98 @@ def _view(pointer: int | None, spec: TensorSpec) -> np.ndarray:
     return np.frombuffer(raw, dtype=dtype, count=spec.size).reshape(spec.shape)
 
 
-def _aligned_array(spec: TensorSpec) -> np.ndarray:
-    dtype = numpy_dtype(spec.dtype)
-    # every output is written whole by ember_run before the caller sees it (a failed run
-    # raises instead of returning its outputs)
-    return aligned_empty(spec.nbytes, zeroed=False).view(dtype).reshape(spec.shape)
+def _output_buffer(nbytes: int, dtype: np.dtype, shape: tuple[int, ...]
+                   ) -> tuple[np.ndarray, int]:
+    """A new, uninitialized, 64-byte aligned output array and its data's address.  (Every
+    output is written whole by ember_run before the caller sees it: a failed run raises
+    instead of returning its outputs.)"""
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    address = _addressof(_char_at(raw))
+    offset = -address % ALIGNMENT
+    return _ndarray(shape, dtype, raw, offset), address + offset
+
+
+def _caller_outputs(names: Sequence[str], layouts: Sequence[tuple[int, np.dtype, tuple]],
+                    out: Sequence[Any], inputs: Sequence[int], input_bytes: Sequence[int]
+                    ) -> tuple[list[Any], list[int], list[tuple[np.ndarray, np.ndarray]]]:
+    """The output buffers of a call with caller-given arrays ``out`` (None: a new array):
+    the arrays to return, the addresses to write and the (caller's array, scratch) pairs
+    to copy after the run.  Each given array is checked (:func:`check_output`); one is
+    written directly when the code may write it where it lies -- 64-byte aligned (what
+    kernels assume of an output) and sharing no memory with an input (``inputs``: the
+    address of each as passed, ``input_bytes`` its size; the kernels' pointers are
+    ``restrict``) -- and otherwise through an aligned scratch array.  Two outputs given
+    the same memory is an error."""
+    results: list[Any] = []
+    addresses: list[int] = []
+    copies: list[tuple[np.ndarray, np.ndarray]] = []
+    given: list[tuple[int, int, str]] = []  # (start, end, name) of each non-empty one
+    for name, (nbytes, dtype, shape), target in zip(names, layouts, out):
+        if target is None:
+            array, address = _output_buffer(nbytes, dtype, shape)
+            results.append(array)
+            addresses.append(address)
+            continue
+        array = check_output(name, target, dtype, shape)
+        results.append(target)
+        direct = nbytes != 0
+        if direct:
+            address = _data_address(array)
+            end = address + nbytes
+            for start, stop, other in given:
+                if address < stop and start < end:
+                    raise InputError(f"out= gives outputs '{other}' and '{name}' arrays that "
+                                     f"share memory; each output needs its own array")
+            given.append((address, end, name))
+            if address % ALIGNMENT:
+                direct = False
+            else:
+                for start, size in zip(inputs, input_bytes):
+                    if address < start + size and start < end:
+                        direct = False
+                        break
+        if not direct:
+            scratch, address = _output_buffer(nbytes, dtype, shape)
+            copies.append((array, scratch))
+        addresses.append(address)
+    return results, addresses, copies
+
+
+def _exports_buffers(dtype: np.dtype) -> bool:
+    """Whether numpy exports buffers of arrays of ``dtype`` (which ``_char_at`` needs)."""
+    try:
+        memoryview(np.zeros(1, dtype))
+    except (ValueError, TypeError, BufferError):
+        return False
+    return True
+
+
+def _data_address(array: np.ndarray) -> int:
+    """The address of a writable, C-contiguous, non-empty array's data."""
+    try:
+        return _addressof(_char_at(array))
+    except (ValueError, TypeError, BufferError):  # an element type without buffer exports
+        return array.ctypes.data
+
+
+class _LibraryThreads:
+    """The thread count last set on a library, which the models loaded from the same bytes
+    share: a call sets its own model's count only when another was set since."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count: int | None = None
+
+
+_library_threads: dict[int, tuple[ctypes.CDLL, _LibraryThreads]] = {}
+_library_threads_lock = threading.Lock()
+
+
+def _threads_of(lib: ctypes.CDLL) -> _LibraryThreads:
+    with _library_threads_lock:  # (libraries are never unloaded: their ids stay theirs)
+        entry = _library_threads.setdefault(id(lib), (lib, _LibraryThreads()))
+        return entry[1]
 
 
 def _aligned_like(array: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:

@@ -20,7 +20,6 @@ from onnx import TensorProto, helper, numpy_helper
 import ember
 from ember.codegen.c import kernel_unit
 from ember.runtime.errors import ModelLoadError
-from ember.runtime.model import CompiledModel
 from ember.runtime.signature import LEGACY_INPUT_ALIGNMENT, parse_signature
 
 ort = pytest.importorskip("onnxruntime")
@@ -90,13 +89,14 @@ def test_an_input_off_a_64_byte_boundary_is_read_in_place(model_and_reference, o
     module(x)  # build first
     placed = at_offset(x, offset)
     passed = []
-    call = CompiledModel._call
+    _, runtime = module._last
+    ember_run = runtime._run_entry
 
-    def spy(self, entry, arrays, outputs, *extra):
-        passed.extend(a.ctypes.data for a in arrays)
-        return call(self, entry, arrays, outputs, *extra)
+    def spy(inputs, outputs, *rest):
+        passed.append(inputs[0])  # the address ember_run reads the input at
+        return ember_run(inputs, outputs, *rest)
 
-    monkeypatch.setattr(CompiledModel, "_call", spy)
+    monkeypatch.setattr(runtime, "_run_entry", spy)
     y, twice = module(placed)
     assert passed == [placed.ctypes.data]  # no copy
     np.testing.assert_allclose(y, expected[0], rtol=1e-4, atol=1e-4)
