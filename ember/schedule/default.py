@@ -25,8 +25,10 @@ from dataclasses import replace
 
 from ember.core.traced import as_size, is_traced, may_be_nonzero, plain
 from ember.core.target import Target
-from ember.ir.loop.expr import Const, Load
+from ember.ir.loop.affine import affine_coefficients
+from ember.ir.loop.expr import Const, Load, Var
 from ember.ir.loop.functor import rewrite_stmts, walk
+from ember.ir.loop.simplify import simplify
 from ember.ir.loop.stmt import Allocate, For, PrimFunc, Seq, Stmt, Store
 from ember.schedule.config import Decisions
 from ember.schedule.primitives import (Schedule, ScheduleError, expr_uses, is_reduction_loop, loop_nests,
@@ -123,6 +125,17 @@ def _schedule_nest(schedule: Schedule, nest: For, target: Target, decisions: Dec
     accumulation = bool(reduce_loops and spatial and isinstance(innermost.body, Store))
     if fuse_passes and not accumulation:
         return  # (an "update" over no reduction loop: scheduled as the plain nest it is)
+    if not accumulation and not reduce_loops:
+        mergeable = _coalescible(chain)
+        if mergeable > 1 and decisions.choose(
+                f"{knob}.coalesce", True, [False, True],
+                f"merge the {mergeable} innermost loops, which every access walks as one, "
+                f"into one loop"):
+            nest = _coalesce(schedule, chain[-mergeable:], nest)
+            chain = perfect_chain(nest)
+            innermost = chain[-1]
+            vectorizable = isinstance(innermost.body, Store) and _extent(innermost) >= 4 and \
+                _independent(innermost)
     if len(chain) == 1:
         name = innermost.var.name
         extent = _extent(innermost)
@@ -253,6 +266,44 @@ def _schedule_nest(schedule: Schedule, nest: For, target: Target, decisions: Dec
         schedule.parallel(name)
     if vectorize:
         schedule.vectorize(innermost.var.name)
+
+
+def _coalescible(chain: list[For]) -> int:
+    """How many innermost loops of the perfect nest ``chain`` every access walks as one loop
+    (for each adjacent pair, every load and store moves by the inner loop's extent times its
+    step along the inner loop when the outer one steps): an elementwise kernel over
+    ``[8, 64, 56, 56]`` is one loop of 1.6 M elements, vectorized without 56-element rows
+    and their tails.  The loops must have plain constant extents and their variables may
+    appear only in access indices (a guard of a padded window needs them apart)."""
+    body = chain[-1].body
+    accesses = [n.index for n in walk(body) if isinstance(n, (Load, Store))]
+    coefficients = [affine_coefficients(simplify(index)) for index in accesses]
+    if any(c is None for c in coefficients) or \
+            any(is_traced(_extent(l)) or _extent(l) < 1 for l in chain):
+        return 0
+    loop_vars = {l.var for l in chain}
+
+    def uses(node) -> int:
+        return sum(1 for n in walk(node) if isinstance(n, Var) and n in loop_vars)
+
+    if sum(uses(index) for index in accesses) != uses(body):
+        return 0  # a loop variable outside an index (a guard, a value)
+    count = 1
+    for position in range(len(chain) - 1, 0, -1):
+        outer, inner = chain[position - 1], chain[position]
+        extent = _extent(inner)
+        if not all(c.get(outer.var, 0) == c.get(inner.var, 0) * extent for c in coefficients):
+            break
+        count += 1
+    return count
+
+
+def _coalesce(schedule: Schedule, loops: list[For], nest: For) -> For:
+    """Fuse ``loops`` (perfectly nested, innermost last) into one loop; returns the nest."""
+    name = loops[0].var.name
+    for following in loops[1:]:
+        name = schedule.fuse(name, following.var.name)
+    return schedule.get_loop(nest.var.name if loops[0] is not nest else name)
 
 
 def _independent(loop: For) -> bool:

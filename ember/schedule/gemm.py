@@ -219,7 +219,13 @@ def default_parallel(gemm: Gemm) -> bool:
     their panels are packed together) does at least ``PARALLEL_WORK`` multiply-adds."""
     batch = math.prod(e for _, e in gemm.batch)
     per_element = gemm.pack is not None and gemm.b_moves_with_batch and gemm.pack.shape[0] == 1
-    return gemm.m * gemm.n * gemm.k * (1 if per_element else batch) >= PARALLEL_WORK
+    knobs = gemm.knobs
+    blocks = -(-gemm.m // knobs.mc) * -(-_panels(gemm) // (knobs.nc // knobs.nr))
+    tasks = blocks if per_element else blocks * batch
+    # (one task runs on the caller whatever the knob says: its work is not compared, so a
+    # traced size takes no guard for a decision without effect)
+    return tasks > 1 and \
+        gemm.m * gemm.n * gemm.k * (1 if per_element else batch) >= PARALLEL_WORK
 
 
 def can_pack_in_task(gemm: Gemm) -> bool:

@@ -137,13 +137,14 @@ LOOP_STAGES: tuple[LoopStage, ...] = (
 
 def schedule_kernel(func: PrimFunc, target: Target, config: KernelConfig | None = None, *,
                     constant_params: frozenset[int] = frozenset(), opt_level: int = 2,
-                    verify: bool = False, keep_ir: bool = False,
+                    verify: bool = False, keep_ir: bool = False, strict: bool = True,
                     stages: tuple[LoopStage, ...] = LOOP_STAGES) -> ScheduledKernel:
     """Schedule the lowered kernel ``func`` for ``target`` with ``config`` (None: the
     default heuristic throughout).  ``constant_params`` are the parameters that receive
     compile-time constants; ``verify`` checks the loop IR after every stage, ``keep_ir``
     keeps its printed form in the stage records (and the kernel as lowered, as a first
-    record named ``lower``).  A config knob the kernel does not have, or
+    record named ``lower``).  ``strict=False`` ignores config knobs the kernel does not ask
+    (a search mutating a config may switch off the part that had them).  A config knob the kernel does not have, or
     a value its knob does not allow, is a :class:`~ember.schedule.config.ConfigError`."""
     decisions = Decisions(config or KernelConfig(), kernel=func.name)
     context = StageContext(target, decisions, opt_level)
@@ -163,7 +164,8 @@ def schedule_kernel(func: PrimFunc, target: Target, config: KernelConfig | None 
                 raise VerificationError(f"after loop stage '{stage.name}': {error}") from None
         records.append(StageRecord(stage.name, schedule.func is not before, seconds,
                                    format_func(schedule.func) if keep_ir else None))
-    decisions.check_all_used()
+    if strict:
+        decisions.check_all_used()
     return ScheduledKernel(schedule.func, schedule.trace, decisions.applied_config,
                            tuple(decisions.space), tuple(schedule.prepacks), tuple(records))
 

@@ -195,7 +195,8 @@ class Schedule:
         self._record("reorder", *names)
 
     def fuse(self, outer_name: str, inner_name: str) -> str:
-        """Fuse two perfectly nested loops into one over the product of their extents."""
+        """Fuse two perfectly nested loops into one over the product of their extents (it
+        keeps the outer loop's annotations: a nest's role stays on the nest)."""
         outer = self.get_loop(outer_name)
         inner = outer.body
         if not (isinstance(inner, For) and inner.var.name == inner_name):
@@ -209,7 +210,7 @@ class Schedule:
             inner.var: simplify(inner.start + fused % n_inner),
         })
         self._replace_loop(outer_name, For(fused, Const(0, INDEX), Const(n_outer * n_inner, INDEX),
-                                           outer.kind, body))
+                                           outer.kind, body, outer.annotations))
         self._record("fuse", outer_name, inner_name)
         return fused.name
 

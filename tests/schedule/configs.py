@@ -30,7 +30,8 @@ def nest_space(func: PrimFunc, target: Target, config: KernelConfig) -> list[Kno
 def kernel_space(func: PrimFunc, target: Target, config: KernelConfig,
                  constant_params: frozenset[int] = frozenset()) -> list[Knob]:
     """The knobs of every loop stage (``schedule_kernel``)."""
-    return list(schedule_kernel(func, target, config, constant_params=constant_params).space)
+    return list(schedule_kernel(func, target, config, constant_params=constant_params,
+                                strict=False).space)
 
 
 def sampled_config(func: PrimFunc, target: Target, pick: Callable[[Knob], object],

@@ -43,10 +43,8 @@ def scheduled(func, **knobs):
 def test_small_matmul_moves_the_reduction_out_and_vectorizes_the_output_loop():
     expect(default_schedule(CASES["matmul"]().lower(), TARGET), """
         func matmul(a: f32[5, 7], b: f32[7, 9], out0: f32[5, 9]) {
-          for i0 in [0, 5) @accumulation=init {
-            vectorized for i1 in [0, 9) {
-              out0[(i0 * 9) + i1] = 0.0f
-            }
+          vectorized for i0_i1_f in [0, 45) @accumulation=init {
+            out0[((i0_i1_f // 9) * 9) + (i0_i1_f %% 9)] = 0.0f
           }
           for i2 in [0, 5) @accumulation=update {
             for i4 in [0, 7) @reduce=True @accumulate_init=0.0f {
@@ -65,10 +63,8 @@ def test_large_matmul_runs_its_rows_in_parallel():
     c = compute((64, 48), lambda i, j: reduce_sum(a[i, k] * b[k, j], k), "mm")
     expect(default_schedule(lower_compute("mm", [a, b], [c]), TARGET), """
         func mm(a: f32[64, 32], b: f32[32, 48], out0: f32[64, 48]) {
-          for i0 in [0, 64) @accumulation=init {
-            vectorized for i1 in [0, 48) {
-              out0[(i0 * 48) + i1] = 0.0f
-            }
+          vectorized for i0_i1_f in [0, 3072) @accumulation=init {
+            out0[((i0_i1_f // 48) * 48) + (i0_i1_f %% 48)] = 0.0f
           }
           parallel for i2 in [0, 64) @accumulation=update {
             for i4 in [0, 32) @reduce=True @accumulate_init=0.0f {
@@ -86,7 +82,8 @@ def test_wide_accumulation_iterates_column_blocks_outermost():
     k = reduce_axis(7, "k")
     c = compute((5, 16), lambda i, j: reduce_sum(a[i, k] * b[k, j], k), "mm")
     func = scheduled(lower_compute("mm", [a, b], [c]), **{
-        "nest0.parallel_loops": 1, "nest1.column_block": 4, "nest1.parallel": "outer"})
+        "nest0.coalesce": False, "nest0.parallel_loops": 1, "nest1.column_block": 4,
+        "nest1.parallel": "outer"})
     assert kinds(func) == {"i0": ForKind.PARALLEL, "i1": ForKind.VECTORIZED,
                            "i3_o_i2_f": ForKind.PARALLEL, "i4": ForKind.SERIAL,
                            "i3_i": ForKind.VECTORIZED}
@@ -100,7 +97,7 @@ def test_wide_accumulation_iterates_column_blocks_outermost():
 def test_outer_loops_are_fused_until_there_are_enough_parallel_iterations():
     x = placeholder((4, 3, 2731), F32, "x")
     y = compute((4, 3, 2731), lambda i, j, k: x[i, j, k] + const_like(1, F32), "inc")
-    expect(default_schedule(lower_compute("inc3", [x], [y]), TARGET), """
+    expect(scheduled(lower_compute("inc3", [x], [y]), **{"nest0.coalesce": False}), """
         func inc3(x: f32[4, 3, 2731], out0: f32[4, 3, 2731]) {
           parallel for i0_i1_f in [0, 12) {
             vectorized for i2 in [0, 2731) {
@@ -109,6 +106,24 @@ def test_outer_loops_are_fused_until_there_are_enough_parallel_iterations():
           }
         }
     """)  # noqa: E501
+
+
+def test_loops_that_every_access_walks_as_one_are_merged():
+    """An elementwise nest whose accesses are contiguous across its loops becomes one loop
+    (split into parallel chunks); a broadcast operand keeps the loops it does not walk
+    apart."""
+    x, b = placeholder((4, 3, 2731), F32, "x"), placeholder((3, 1), F32, "b")
+    y = compute((4, 3, 2731), lambda i, j, k: x[i, j, k] + const_like(1, F32), "inc")
+    func = default_schedule(lower_compute("inc3", [x], [y]), TARGET)
+    assert kinds(func) == {"i0_i1_f_i2_f_o": ForKind.PARALLEL,
+                           "i0_i1_f_i2_f_i": ForKind.VECTORIZED,
+                           "i0_i1_f_i2_f_t": ForKind.VECTORIZED}
+    z = compute((4, 3, 2731), lambda i, j, k: x[i, j, k] + b[j, 0], "shift")
+    func = default_schedule(lower_compute("shift", [x, b], [z]), TARGET)
+    assert [n.extent.value for n in walk(func.body) if isinstance(n, For)] == [12, 2731]
+    data, bias = np.arange(4 * 3 * 2731, dtype=np.float32).reshape(4, 3, 2731), \
+        np.array([[1.0], [2.0], [3.0]], np.float32)
+    np.testing.assert_array_equal(run_outputs(func, [data, bias])[0], data + bias[None])
 
 
 def test_flat_loop_is_split_into_parallel_chunks_with_a_vectorized_tail():
@@ -180,18 +195,16 @@ def test_reduction_to_a_scalar_is_neither_parallel_nor_vectorized(shape):
         assert run_outputs(func, [data])[0] == 28
 
 
-def test_scalar_reduction_stays_serial():
+def test_scalar_reduction_stays_serial_as_one_loop():
     func = CASES["total"]().lower()
-    with pytest.raises(ScheduleConfigError, match="parallel_loops"):
-        scheduled(func, **{"nest0.parallel_loops": 1})  # its iterations are not independent
+    with pytest.raises(ScheduleConfigError, match="chunk"):
+        scheduled(func, **{"nest0.chunk": 8})  # its iterations are not independent
     expect(scheduled(func), """
         func total(x: f32[4, 8], out0: f32[]) {
           alloc t0: f32[1] local
           t0[0] = 0.0f
-          for i0 in [0, 4) {
-            for i1 in [0, 8) {
-              t0[0] = t0[0] + x[(i0 * 8) + i1]
-            }
+          for i0_i1_f in [0, 32) {
+            t0[0] = t0[0] + x[((i0_i1_f // 8) * 8) + (i0_i1_f %% 8)]
           }
           out0[0] = t0[0]
         }
@@ -199,7 +212,8 @@ def test_scalar_reduction_stays_serial():
 
 
 def test_conv_accumulation_fuses_its_outer_loops_for_threads():
-    func = scheduled(CASES["conv"]().lower(), **{"nest1.parallel": "outer"})
+    func = scheduled(CASES["conv"]().lower(), **{
+        "nest0.coalesce": False, "nest1.parallel": "outer", "nest2.coalesce": False})
     assert kinds(func) == {
         "i0": ForKind.SERIAL, "i1": ForKind.SERIAL, "i2": ForKind.SERIAL,
         "i3": ForKind.VECTORIZED,                                            # init

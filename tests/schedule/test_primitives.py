@@ -251,7 +251,7 @@ def test_fuse_and_loop_kinds():
               out0[(i0 * 9) + i1] = 0.0f
             }
           }
-          parallel for i2_i3_f in [0, 45) {
+          parallel for i2_i3_f in [0, 45) @accumulation=update {
             unrolled for i4 in [0, 7) @reduce=True @accumulate_init=0.0f {
               out0[((i2_i3_f // 9) * 9) + (i2_i3_f %% 9)] = out0[((i2_i3_f // 9) * 9) + (i2_i3_f %% 9)] + (a[((i2_i3_f // 9) * 7) + i4] * b[(i4 * 9) + (i2_i3_f %% 9)])
             }
