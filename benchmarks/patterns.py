@@ -2,9 +2,10 @@
 
 Each pattern is a small ONNX model written the way the exporters write it (SiLU as
 ``x * Sigmoid(x)``, GroupNorm as Reshape + InstanceNormalization + Reshape + Mul + Add, GELU
-as the erf formula), compiled by ember and run by ONNX Runtime on the same input, both timed
-interleaved in one process (``ember.bench.timing``) with the same thread count; outputs are
-checked against each other.  Ratios within one run are the figures to read: the machine is
+as the erf formula), compiled by ember and run by ONNX Runtime on the same input, each in a
+worker process of its own (``ember.bench.isolation``: one runtime's spinning thread pool is
+not charged to the other) and timed in interleaved rounds (``ember.bench.timing``) with the
+same thread count; outputs are checked against each other.  Ratios within one run are the figures to read: the machine is
 shared and absolute times drift (see benchmarks/README.md).
 
     .venv/bin/python benchmarks/patterns.py
@@ -27,6 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import ember  # noqa: E402
+from ember.bench.isolation import IsolatedContender, Recipe  # noqa: E402
+from ember.bench.peers import Prepared  # noqa: E402
 from ember.bench.timing import measure_interleaved  # noqa: E402
 
 F32 = TensorProto.FLOAT
@@ -94,39 +97,68 @@ PATTERNS: dict[str, Callable] = {"relu": relu, "silu": silu, "groupnorm": groupn
                                  "layernorm_gelu": layernorm_gelu, "softmax": softmax}
 
 
+def prepare_ember(model_bytes: bytes, threads: int | None) -> Prepared:
+    """A recipe for a worker process: the pattern compiled by ember."""
+    module = ember.compile(onnx.load_from_string(model_bytes), threads=threads,
+                           dynamic_batch=False)
+    return Prepared(lambda inputs: [module(inputs["x"])])
+
+
+def prepare_onnxruntime(model_bytes: bytes, threads: int | None) -> Prepared:
+    """A recipe for a worker process: the pattern run by ONNX Runtime."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    return Prepared(lambda inputs: session.run(None, inputs))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--patterns", nargs="+", choices=sorted(PATTERNS),
                         default=list(PATTERNS))
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="threads of both (default: each runtime's own default)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="threads of both runtimes (default: 2)")
+    parser.add_argument("--sample-ms", type=float, default=2.0,
+                        help="each sample runs back-to-back calls for at least this long "
+                             "after an idle pause (default 2 ms, as ember bench; longer "
+                             "samples weigh the first, cold call less)")
     args = parser.parse_args(argv)
-    import onnxruntime as ort
 
-    print(f"CPU: {platform.processor() or platform.machine()}; {args.threads} threads; "
-          f"median of {args.rounds} interleaved rounds")
+    print(f"CPU: {_cpu_name()}; {args.threads} threads; median of {args.rounds} interleaved "
+          f"rounds, each runtime in its own process")
     print(f"{'pattern':16} {'shape':18} {'ember ms':>9} {'ORT ms':>9} {'ember/ORT':>10}")
     rng = np.random.default_rng(0)
     for name in args.patterns:
         model, shape = PATTERNS[name](rng)
-        x = rng.standard_normal(shape).astype(np.float32)
-        module = ember.compile(model, threads=args.threads, dynamic_batch=False)
-        module(x)
-        options = ort.SessionOptions()
-        if args.threads:
-            options.intra_op_num_threads = args.threads
-        session = ort.InferenceSession(model.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
-        want = session.run(None, {"x": x})[0]
-        np.testing.assert_allclose(module(x), want, rtol=1e-3, atol=1e-3)
-        series = measure_interleaved({"ember": lambda: module(x),
-                                      "onnxruntime": lambda: session.run(None, {"x": x})},
-                                     rounds=args.rounds).series
-        ours, theirs = series["ember"].median, series["onnxruntime"].median
-        print(f"{name:16} {'x'.join(map(str, shape)):18} {ours:9.3f} {theirs:9.3f} "
-              f"{ours / theirs:10.2f}", flush=True)
+        inputs = {"x": rng.standard_normal(shape).astype(np.float32)}
+        data = model.SerializeToString()
+        with IsolatedContender(Recipe(prepare_ember, (data, args.threads)), inputs,
+                               args.threads) as ours, \
+                IsolatedContender(Recipe(prepare_onnxruntime, (data, args.threads)), inputs,
+                                  args.threads) as theirs:
+            np.testing.assert_allclose(ours.outputs[0], theirs.outputs[0], rtol=1e-3,
+                                       atol=1e-3)
+            series = measure_interleaved({"ember": ours, "onnxruntime": theirs},
+                                         rounds=args.rounds,
+                                         min_sample_seconds=args.sample_ms / 1e3).series
+        mine, peer = series["ember"].median, series["onnxruntime"].median
+        print(f"{name:16} {'x'.join(map(str, shape)):18} {mine:9.3f} {peer:9.3f} "
+              f"{mine / peer:10.2f}", flush=True)
     return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 if __name__ == "__main__":

@@ -136,6 +136,17 @@ def _schedule_nest(schedule: Schedule, nest: For, target: Target, decisions: Dec
             innermost = chain[-1]
             vectorizable = isinstance(innermost.body, Store) and _extent(innermost) >= 4 and \
                 _independent(innermost)
+    if len(chain) == 1 and not isinstance(innermost.body, Store):
+        # one loop over rows whose bodies reduce or hold loops of their own (a coalesced
+        # LayerNorm's statistics): its iterations are the parallel tasks
+        independent = _independent(innermost)
+        fused = decisions.choose(
+            f"{knob}.parallel_loops",
+            1 if parallel_worthy and independent and _extent(innermost) >= 2 else 0,
+            [0, *([1] if independent else [])], "whether the loop is shared among threads")
+        if fused:
+            schedule.parallel(innermost.var.name)
+        return
     if len(chain) == 1:
         name = innermost.var.name
         extent = _extent(innermost)
@@ -288,12 +299,20 @@ def _coalescible(chain: list[For]) -> int:
 
     if sum(uses(index) for index in accesses) != uses(body):
         return 0  # a loop variable outside an index (a guard, a value)
-    count = 1
-    for position in range(len(chain) - 1, 0, -1):
-        outer, inner = chain[position - 1], chain[position]
-        extent = _extent(inner)
-        if not all(c.get(outer.var, 0) == c.get(inner.var, 0) * extent for c in coefficients):
-            break
+    # the merged group so far: per access, the step of its innermost loop of extent > 1,
+    # and its extent (unit loops merge with anything: they do not move)
+    steps: list[int] | None = None
+    span = 1
+    count = 0
+    for loop in reversed(chain):
+        extent = _extent(loop)
+        if extent > 1:
+            moves = [c.get(loop.var, 0) for c in coefficients]
+            if steps is not None and moves != [step * span for step in steps]:
+                break
+            if steps is None:
+                steps = moves
+            span *= extent
         count += 1
     return count
 
