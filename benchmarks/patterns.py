@@ -105,10 +105,14 @@ def prepare_ember(model_bytes: bytes, threads: int | None) -> Prepared:
 
 
 def prepare_onnxruntime(model_bytes: bytes, threads: int | None) -> Prepared:
-    """A recipe for a worker process: the pattern run by ONNX Runtime."""
+    """A recipe for a worker process: the pattern run by ONNX Runtime, configured as
+    ``ember bench`` configures it (its workers stop spinning when a run returns, or they
+    spin for hundreds of milliseconds and take a core from whoever runs next: see
+    ``ember.bench.peers``)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     if threads:
         options.intra_op_num_threads = threads
     session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])

@@ -2,7 +2,7 @@
 
 glibc's ``expf``/``tanhf``/``erff`` are accurate but opaque calls: a loop that calls them stays
 scalar, and softmax, GELU, SiLU or a tanh activation then run far below memory speed.  The
-functions here are ``static inline`` and branch-free (every choice is a conditional
+functions here are always inlined and branch-free (every choice is a conditional
 expression between values computed on every path, the power of two is built from the
 exponent bits), so once inlined GCC and Clang vectorize the loop around them with the
 target's SIMD width (a call inside one arm of a conditional is control flow, and kept the
@@ -56,15 +56,23 @@ def _horner(coefficients: tuple[float, ...], var: str) -> str:
 # The C of each function and of what it builds on, in dependency order.  Only the functions a
 # kernel calls go into its translation unit (``fast_float_call``).
 _DEFINITIONS: dict[str, tuple[tuple[str, ...], str]] = {
-    "em_f32_bits": ((), """\
+    # always inlined: in a large kernel (several fused loop nests) GCC's inlining budget ran
+    # out and left a call in a loop, which kept it scalar (a fused softmax ran 5x slower)
+    "EM_FAST_INLINE": ((), """\
+#if defined(__GNUC__)
+#define EM_FAST_INLINE static inline __attribute__((always_inline))
+#else
+#define EM_FAST_INLINE static inline
+#endif"""),
+    "em_f32_bits": (("EM_FAST_INLINE",), """\
 typedef union { float f; int32_t i; } em_f32_bits;"""),
     "em_pow2i": (("em_f32_bits",), """\
-static inline float em_pow2i(int32_t n) {  /* 2^n for n in [-126, 127] */
+EM_FAST_INLINE float em_pow2i(int32_t n) {  /* 2^n for n in [-126, 127] */
   em_f32_bits b; b.i = (n + 127) * 8388608; return b.f;
 }
 """),
     "em_expf": (("em_pow2i",), """\
-static inline float em_expf(float x) {
+EM_FAST_INLINE float em_expf(float x) {
   const float xc = x >= -104.0f ? (x <= 89.0f ? x : 89.0f) : -104.0f;  /* NaN -> -104 */
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  /* round */
   const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
@@ -81,7 +89,7 @@ static inline float em_expf(float x) {
 }
 """),
     "em_tanhf": (("em_expf",), """\
-static inline float em_tanhf(float x) {
+EM_FAST_INLINE float em_tanhf(float x) {
   const float a = fabsf(x), z = x * x;
   float p = -5.70498872745e-3f;
   p = p * z + 2.06390887954e-2f;
@@ -95,7 +103,7 @@ static inline float em_tanhf(float x) {
 }
 """),
     "em_erff": (("em_expf",), f"""\
-static inline float em_erff(float x) {{
+EM_FAST_INLINE float em_erff(float x) {{
   const float a = fabsf(x), z = x * x;
   const float small = x * {_horner(_ERF_SMALL, "z")};
   const float q = {_horner(_ERFC_SCALED, "a")};
@@ -105,7 +113,7 @@ static inline float em_erff(float x) {{
 }}
 """),
     "em_sigmoidf": (("em_expf",), """\
-static inline float em_sigmoidf(float x) {  /* e / (1 + e) with e = exp(-|x|) <= 1 */
+EM_FAST_INLINE float em_sigmoidf(float x) {  /* e / (1 + e) with e = exp(-|x|) <= 1 */
   const float e = em_expf(-fabsf(x)), s = 1.0f / (1.0f + e);
   return x >= 0.0f ? s : e * s;
 }

@@ -27,9 +27,9 @@ from ember.core.traced import as_size, is_traced, may_be_nonzero, plain
 from ember.core.target import Target
 from ember.ir.loop.affine import affine_coefficients
 from ember.ir.loop.expr import Const, Load, Var
-from ember.ir.loop.functor import rewrite_stmts, walk
+from ember.ir.loop.functor import rewrite_stmts, walk, walk_stmts
 from ember.ir.loop.simplify import simplify
-from ember.ir.loop.stmt import Allocate, For, PrimFunc, Seq, Stmt, Store
+from ember.ir.loop.stmt import Allocate, For, ForKind, PrimFunc, Seq, Stmt, Store
 from ember.schedule.config import Decisions
 from ember.schedule.primitives import (Schedule, ScheduleError, expr_uses, is_reduction_loop, loop_nests,
                                        perfect_chain)
@@ -146,6 +146,14 @@ def _schedule_nest(schedule: Schedule, nest: For, target: Target, decisions: Dec
             [0, *([1] if independent else [])], "whether the loop is shared among threads")
         if fused:
             schedule.parallel(innermost.var.name)
+        inner = [n for n in walk_stmts(innermost.body) if isinstance(n, For) and
+                 n.kind is ForKind.SERIAL and isinstance(n.body, Store) and
+                 _extent(n) >= 4 and _independent(n)]
+        if inner and decisions.choose(
+                f"{knob}.vectorize_inner", True, [False, True],
+                "map the innermost elementwise loops inside each row onto SIMD lanes"):
+            for loop in inner:
+                schedule.vectorize(loop.var.name)
         return
     if len(chain) == 1:
         name = innermost.var.name

@@ -1,4 +1,4 @@
-"""Hoist loop-invariant integer divisions out of loops.
+"""Hoist loop invariants out of loops: integer divisions, and loads of vectorized loops.
 
 Fusing loops for parallelism (``n`` and ``c`` into one parallel loop, say) writes the original
 indices back as ``fused // 64`` and ``fused % 64``.  In C those are calls to the helpers that
@@ -15,9 +15,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from ember.ir.loop.expr import Binary, Expr, Load, Var
-from ember.ir.loop.functor import rewrite, walk
-from ember.ir.loop.stmt import For, Gemm, LetStmt, PrimFunc, Stmt
+from ember.core.traced import as_size
+from ember.ir.loop.expr import Binary, Const, Expr, Load, Select, Var
+from ember.ir.loop.functor import children, rewrite, walk
+from ember.ir.loop.stmt import For, ForKind, Gemm, LetStmt, PrimFunc, Stmt, Store
 
 _DIVISIONS = frozenset({"floordiv", "floormod", "div", "mod"})
 
@@ -88,3 +89,64 @@ def _index_arithmetic(expr: Expr) -> bool:
 def _vars(expr: Expr) -> set[Var]:
     return {n for n in walk(expr) if isinstance(n, Var)}
 
+
+
+# ---------------------------------------------------------------------- loads
+
+
+def hoist_invariant_loads(func: PrimFunc) -> PrimFunc:
+    """``func`` with the loads of a vectorized loop that do not depend on it -- a row's
+    statistic in a fused softmax or LayerNorm, ``x[r] / sum[r]`` -- read once before it.
+
+    The C compiler does not move them itself when the loop stores through another pointer
+    (it cannot rule out that the store changes them), and then keeps the loop scalar.  A load
+    moves only when it would have run anyway: the loop has a constant extent of at least
+    one, the load is not under a condition (a Select arm, an if, a mask), and nothing in the
+    loop stores to its buffer."""
+    taken = {n.name for n in walk(func.body) if isinstance(n, Var)}
+    names = (f"ld{i}" for i in itertools.count() if f"ld{i}" not in taken)
+
+    def visit(node):
+        if isinstance(node, For) and node.kind is ForKind.VECTORIZED:
+            return _hoist_loads(node, names)
+        return None
+
+    body = rewrite(func.body, visit)
+    return func if body is func.body else func.with_body(body)
+
+
+def _hoist_loads(loop: For, names) -> Stmt:
+    if not (isinstance(loop.extent, Const) and as_size(loop.extent.value) >= 1) or \
+            not isinstance(loop.body, Store):
+        return loop
+    inner = _bound_inside(loop)
+    stored = {n.buffer for n in walk(loop.body) if isinstance(n, Store)}
+    found: dict[Expr, Var] = {}
+    for load in _unconditional_loads(loop.body.value):
+        if load.mask is None and load.lanes == 1 and load.buffer not in stored and \
+                load.buffer.scope != "local" and not (_vars(load.index) & inner) and \
+                not any(isinstance(n, Load) for n in walk(load.index)):
+            found.setdefault(load, Var(next(names), load.dtype))
+    if not found:
+        return loop
+    body = rewrite(loop.body, lambda n: found.get(n) if isinstance(n, Load) else None)
+    hoisted: Stmt = replace(loop, body=body)
+    for load, var in reversed(list(found.items())):
+        hoisted = LetStmt(var, load, hoisted)
+    return hoisted
+
+
+def _unconditional_loads(expr: Expr) -> list[Load]:
+    """The loads ``expr`` evaluates on every path (not inside a Select's arms)."""
+    loads: list[Load] = []
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Load):
+            loads.append(node)
+            continue
+        if isinstance(node, Select):
+            stack.append(node.cond)
+            continue
+        stack.extend(c for c in children(node) if isinstance(c, Expr))
+    return loads

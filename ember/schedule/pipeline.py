@@ -5,11 +5,13 @@ kernel (one fused group as a PrimFunc, ``ember.lower``) goes through :data:`LOOP
 order, each a step of one :class:`~ember.schedule.primitives.Schedule`:
 
 1. ``gemm_template``     matrix products onto the blocked GEMM template (opt level >= 1)
-2. ``schedule_nests``    parallel, vectorized and register-tiled loop nests
-3. ``rfactor_reductions`` row reductions into vectors of partial accumulators
-4. ``partition_guarded_loops`` border tests of padded windows out of the inner loops
-5. ``simplify_indices``  divisions that loop bounds make exact removed
-6. ``hoist_invariant_divisions`` the remaining ones computed before their loops
+2. ``fuse_row_nests``    consecutive nests over the same rows as one loop over the rows
+3. ``schedule_nests``    parallel, vectorized and register-tiled loop nests
+4. ``rfactor_reductions`` row reductions into vectors of partial accumulators
+5. ``partition_guarded_loops`` border tests of padded windows out of the inner loops
+6. ``simplify_indices``  divisions that loop bounds make exact removed
+7. ``hoist_invariant_loads`` loads a vectorized loop does not move read once before it
+8. ``hoist_invariant_divisions`` the remaining divisions computed before their loops
 
 Every decision a stage takes is a knob of the kernel's config (:mod:`ember.schedule.config`):
 :func:`schedule_kernel` applies a config -- the default heuristic's choices where it is
@@ -38,6 +40,7 @@ from ember.schedule.default import default_schedule
 from ember.schedule.gemm import (GemmChooser, GemmShape, Prepack, default_parallel,
                                  template_pays, tile_choices)
 from ember.schedule.primitives import Schedule, Trace
+from ember.schedule.row_fusion import fuse_row_nests
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,10 @@ def _gemm_template(schedule: Schedule, context: StageContext) -> None:
     schedule.gemm_template(chooser=_ConfigGemmChooser(context.target, context.decisions))
 
 
+def _fuse_row_nests(schedule: Schedule, context: StageContext) -> None:
+    fuse_row_nests(schedule, context.decisions)
+
+
 def _schedule_nests(schedule: Schedule, context: StageContext) -> None:
     default_schedule(schedule.func, context.target, context.decisions, schedule)
 
@@ -112,6 +119,10 @@ def _simplify_indices(schedule: Schedule, context: StageContext) -> None:
     schedule.simplify_indices()
 
 
+def _hoist_invariant_loads(schedule: Schedule, context: StageContext) -> None:
+    schedule.hoist_invariant_loads()
+
+
 def _hoist_invariant_divisions(schedule: Schedule, context: StageContext) -> None:
     schedule.hoist_invariant_divisions()
 
@@ -119,6 +130,8 @@ def _hoist_invariant_divisions(schedule: Schedule, context: StageContext) -> Non
 LOOP_STAGES: tuple[LoopStage, ...] = (
     LoopStage("gemm_template", _gemm_template,
               "matrix-product nests onto the blocked, packed GEMM template", min_opt_level=1),
+    LoopStage("fuse_row_nests", _fuse_row_nests,
+              "consecutive nests over the same rows as one loop over the rows"),
     LoopStage("schedule_nests", _schedule_nests,
               "parallel, vectorized and register-tiled loop nests"),
     LoopStage("rfactor_reductions", _rfactor_reductions,
@@ -127,6 +140,8 @@ LOOP_STAGES: tuple[LoopStage, ...] = (
               "border tests of padded windows out of the inner loops"),
     LoopStage("simplify_indices", _simplify_indices,
               "divisions of indices that loop bounds make exact removed"),
+    LoopStage("hoist_invariant_loads", _hoist_invariant_loads,
+              "loads a vectorized loop does not move read once before it"),
     LoopStage("hoist_invariant_divisions", _hoist_invariant_divisions,
               "integer divisions computed before the loops they do not depend on"),
 )

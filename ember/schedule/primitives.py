@@ -27,7 +27,7 @@ from ember.core.errors import EmberError
 from ember.ir.loop.expr import INDEX, Const, Expr, Var
 from ember.ir.loop.functor import rewrite_stmts, substitute, walk, walk_stmts
 from ember.ir.loop.simplify import simplify
-from ember.ir.loop.stmt import For, ForKind, IfThenElse, PrimFunc, Stmt, seq
+from ember.ir.loop.stmt import For, ForKind, IfThenElse, PrimFunc, Seq, Stmt, seq
 
 if TYPE_CHECKING:
     from ember.core.target import Target
@@ -214,6 +214,38 @@ class Schedule:
         self._record("fuse", outer_name, inner_name)
         return fused.name
 
+    def fuse_nests(self, *names: str) -> str:
+        """Make consecutive top-level loops of equal extent one loop, named after the first,
+        whose body runs theirs in order (each with its variable renamed).  Iteration ``r`` of
+        a later loop then runs right after iteration ``r`` of the earlier ones, not after all
+        of them: the caller checks that no later iteration depends on an earlier loop's later
+        rows (see :mod:`ember.schedule.row_fusion`)."""
+        body = self.func.body
+        statements = list(body.stmts) if isinstance(body, Seq) else [body]
+        positions = []
+        for name in names:
+            position = next((i for i, s in enumerate(statements)
+                             if isinstance(s, For) and s.var.name == name), None)
+            if position is None:
+                raise ScheduleError(f"{self.func.name}: fuse_nests: '{name}' is not a "
+                                    f"top-level loop")
+            positions.append(position)
+        if len(names) < 2 or positions != list(range(positions[0], positions[0] + len(names))):
+            raise ScheduleError(f"{self.func.name}: fuse_nests needs two or more consecutive "
+                                f"top-level loops, got {list(names)}")
+        loops = [statements[p] for p in positions]
+        first = loops[0]
+        if any(l.extent != first.extent or l.start != first.start for l in loops[1:]):
+            raise ScheduleError(f"{self.func.name}: fuse_nests: loops {list(names)} do not "
+                                f"have the same bounds")
+        parts = [first.body] + [substitute(l.body, {l.var: first.var}) for l in loops[1:]]
+        fused = replace(first, body=seq(*parts))
+        statements[positions[0]:positions[-1] + 1] = [fused]
+        self.func = self.func.with_body(seq(*statements))
+        self._names.update(self.loops())
+        self._record("fuse_nests", *names)
+        return first.var.name
+
     def _set_kind(self, name: str, kind: ForKind) -> None:
         loop = self.get_loop(name)
         self._replace_loop(name, replace(loop, kind=kind))
@@ -303,6 +335,13 @@ class Schedule:
 
         self.func = simplify_indices(self.func)
         self._record("simplify_indices")
+
+    def hoist_invariant_loads(self) -> None:
+        """Read the loads a vectorized loop does not move before it (schedule/hoist.py)."""
+        from ember.schedule.hoist import hoist_invariant_loads
+
+        self.func = hoist_invariant_loads(self.func)
+        self._record("hoist_invariant_loads")
 
     def hoist_invariant_divisions(self) -> None:
         """Compute integer divisions before the loops they do not depend on."""

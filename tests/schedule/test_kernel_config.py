@@ -24,7 +24,7 @@ import ember  # noqa: E402
 from ember.core.target import Target  # noqa: E402
 from ember.ir.loop.printer import format_func  # noqa: E402
 from ember.schedule.config import KernelConfig, ScheduleConfigError  # noqa: E402
-from ember.schedule.pipeline import propose_config, schedule_kernel  # noqa: E402
+from ember.schedule.pipeline import LOOP_STAGES, propose_config, schedule_kernel  # noqa: E402
 from ember.schedule.primitives import Trace  # noqa: E402
 
 TARGET = Target.parse("x86_64-avx2")
@@ -138,14 +138,16 @@ def test_bad_configs_are_refused_naming_the_knob():
 def test_every_loop_stage_is_timed_and_can_show_its_ir():
     func = CASES["conv"]().lower()
     stages = schedule_kernel(func, TARGET, keep_ir=True, verify=True).stages
-    assert [s.name for s in stages] == ["lower", "gemm_template", "schedule_nests", "rfactor_reductions",
-                                        "partition_guarded_loops", "simplify_indices",
-                                        "hoist_invariant_divisions"]
+    assert [s.name for s in stages] == ["lower"] + [stage.name for stage in LOOP_STAGES]
+    assert [stage.name for stage in LOOP_STAGES] == [
+        "gemm_template", "fuse_row_nests", "schedule_nests", "rfactor_reductions",
+        "partition_guarded_loops", "simplify_indices", "hoist_invariant_loads",
+        "hoist_invariant_divisions"]
     assert all(s.seconds >= 0 and s.ir.startswith("func conv(") for s in stages)
     nests = next(s for s in stages if s.name == "schedule_nests")
     assert nests.changed and "parallel for" in nests.ir or "vectorized for" in nests.ir
     assert [s.name for s in schedule_kernel(func, TARGET, opt_level=0).stages][0] == \
-        "schedule_nests"
+        "fuse_row_nests"
 
 
 # ----------------------------------------------------------------------------- workload keys

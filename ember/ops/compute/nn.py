@@ -77,16 +77,20 @@ def _as_reference(value: Expr, dtype: DType) -> Expr:
     return cast(cast(value, dtype), value.dtype)
 
 
-def _softmax_parts(x: Tensor, axis: int) -> tuple[Reduction, Callable[..., Expr], Tensor]:
-    """The shifted input x - max(x) (a function of the index) and the sums of its exp along
-    ``axis`` (a kept-shape stage in the compute type).
+def _softmax_parts(x: Tensor, axis: int
+                   ) -> tuple[Reduction, Callable[..., Expr], Tensor, Tensor]:
+    """The shifted input x - max(x) (a function of the index), its exponentials (a stage in
+    the compute type) and their sums along ``axis`` (a kept-shape stage in the compute type).
 
     Softmax and LogSoftmax compute in the input's precision in the reference, so for 16-bit
     floats the shift and each exp are rounded where numpy rounds them.  The sum accumulates in
     float64 (:func:`accurate_sum`) and is rounded once, to the input's type: numpy sums
     float16 along a contiguous axis with float32 partial sums, but adds strided float16 and
     bfloat16 (ml_dtypes) terms in the narrow type, which stops counting at 2048 (float16) or
-    256 (bfloat16) -- an error not worth copying.
+    256 (bfloat16) -- an error not worth copying.  The exponentials are a stage of their own
+    so that a softmax, which reads them twice (in the sum and in the quotient), computes
+    each once: lowering stores an expensive stage read twice instead of inlining it into
+    both readers (``lower.inline``), and row fusion keeps the stored row in L1.
     """
     red = Reduction(x.shape, (normalize_axis(axis, x.ndim),), keepdims=True)
     peak = reduce_stage(x, red, "max", "softmax_peak", element=widen, shape=red.kept_shape)
@@ -94,28 +98,30 @@ def _softmax_parts(x: Tensor, axis: int) -> tuple[Reduction, Callable[..., Expr]
     def shifted(index: Sequence[Expr]) -> Expr:
         return _as_reference(widen(x[index]) - peak[red.kept(index)], x.dtype)
 
+    exps = compute(x.shape, lambda *i: _as_reference(call("exp", shifted(i)), x.dtype),
+                   name="softmax_exp", dtype=compute_dtype(x.dtype))
+
     def total(*index: Expr) -> Reduce:
         rvars = red.axis_vars()
-        term = _as_reference(call("exp", shifted(red.source(index, rvars))), x.dtype)
-        return accurate_sum(term, rvars)
+        return accurate_sum(exps[red.source(index, rvars)], rvars)
 
     sums = sum_stage(red.kept_shape, total, "softmax_sum", compute_dtype(x.dtype),
                      lambda s, index: widen(cast(s, x.dtype)), columns=red.keeps_innermost)
-    return red, shifted, sums
+    return red, shifted, exps, sums
 
 
 @compute_of("Softmax")
 def softmax(ctx, x, *, axis):
     _require_float(x)
-    red, shifted, total = _softmax_parts(x, axis)
-    return compute(x.shape, lambda *i: _as_reference(call("exp", shifted(i)), x.dtype)
-                   / total[red.kept(i)], name="softmax", dtype=x.dtype)
+    red, _, exps, total = _softmax_parts(x, axis)
+    return compute(x.shape, lambda *i: exps[list(i)] / total[red.kept(i)], name="softmax",
+                   dtype=x.dtype)
 
 
 @compute_of("LogSoftmax")
 def log_softmax(ctx, x, *, axis):
     _require_float(x)
-    red, shifted, total = _softmax_parts(x, axis)
+    red, shifted, _, total = _softmax_parts(x, axis)
     return compute(x.shape, lambda *i: shifted(i) - _as_reference(
         call("log", total[red.kept(i)]), x.dtype), name="logsoftmax", dtype=x.dtype)
 
