@@ -424,6 +424,25 @@ def _emit_pack_panel(em: "_KernelEmitter", s: Gemm, inner: int, p: str, bt: str,
     line(inner, "}")
 
 
+def _open_reduction_loops(em: "_KernelEmitter", s: Gemm, inner: int, kk: str
+                          ) -> tuple[int, str]:
+    """Open the loops over B's reduction dims (``kk`` counts the panel rows written) and
+    return the depth of their body and the C offset of the current reduction step in B."""
+    em.line(inner, f"long {kk} = 0;")
+    k_vars = [em.names.fresh("k") for _ in s.b_k_dims]
+    for level, (var, (extent, _)) in enumerate(zip(k_vars, s.b_k_dims)):
+        em.line(inner + level, f"for (long {var} = 0; {var} < {extent}; ++{var}) {{")
+    offset = " + ".join(f"{var} * {stride}" for var, (_, stride) in zip(k_vars, s.b_k_dims))
+    return inner + len(k_vars), offset
+
+
+def _close_reduction_loops(em: "_KernelEmitter", inner: int, body: int, kk: str) -> None:
+    """Count the panel row written and close the loops :func:`_open_reduction_loops` opened."""
+    em.line(body, f"++{kk};")
+    for level in range(body - 1, inner - 1, -1):
+        em.line(level, "}")
+
+
 def _emit_pack_rows(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str, ...],
                     step: int) -> None:
     """The loops over B's reduction dims copying one panel row per step: NR floats ``step``
@@ -431,12 +450,7 @@ def _emit_pack_rows(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str,
     fresh, line = em.names.fresh, em.line
     nr = s.knobs.nr
     q, kk, offsets, src, dst = names
-    line(inner, f"long {kk} = 0;")
-    k_vars = [fresh("k") for _ in s.b_k_dims]
-    for level, (var, (extent, _)) in enumerate(zip(k_vars, s.b_k_dims)):
-        line(inner + level, f"for (long {var} = 0; {var} < {extent}; ++{var}) {{")
-    body = inner + len(k_vars)
-    k_offset = " + ".join(f"{var} * {stride}" for var, (_, stride) in zip(k_vars, s.b_k_dims))
+    body, k_offset = _open_reduction_loops(em, s, inner, kk)
     line(body, f"const float *row = {src} + {k_offset};")
     if step == 1:
         # whole vectors (GCC expanded a memcpy of the 64-byte row into four 16-byte moves)
@@ -448,9 +462,7 @@ def _emit_pack_rows(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str,
     else:
         line(body, f"for (long {q} = 0; {q} < {nr}; ++{q})")
         line(body + 1, f"{dst}[{kk} * {nr} + {q}] = row[{offsets}[0] + {q} * {step}];")
-    line(body, f"++{kk};")
-    for level in range(body - 1, inner - 1, -1):
-        line(level, "}")
+    _close_reduction_loops(em, inner, body, kk)
 
 
 def _emit_pack_runs(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str, ...],
@@ -460,12 +472,7 @@ def _emit_pack_runs(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str,
     fresh, line = em.names.fresh, em.line
     nr = s.knobs.nr
     kk, src, dst, runs, starts, sources = names
-    line(inner, f"long {kk} = 0;")
-    k_vars = [fresh("k") for _ in s.b_k_dims]
-    for level, (var, (extent, _)) in enumerate(zip(k_vars, s.b_k_dims)):
-        line(inner + level, f"for (long {var} = 0; {var} < {extent}; ++{var}) {{")
-    body = inner + len(k_vars)
-    k_offset = " + ".join(f"{var} * {stride}" for var, (_, stride) in zip(k_vars, s.b_k_dims))
+    body, k_offset = _open_reduction_loops(em, s, inner, kk)
     r, q = fresh("r"), fresh("q")
     to, start, length = fresh("to"), fresh("from"), fresh("length")
     line(body, f"const float *row = {src} + {k_offset};")
@@ -480,9 +487,7 @@ def _emit_pack_runs(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str,
                    f"{to}[{q}] = {start}[{q} * {step}];")
     line(body + 1, "}")
     line(body, "}")
-    line(body, f"++{kk};")
-    for level in range(body - 1, inner - 1, -1):
-        line(level, "}")
+    _close_reduction_loops(em, inner, body, kk)
 
 
 @contextmanager
