@@ -67,7 +67,13 @@ def main() -> int:
                   f"{float(np.max(np.abs(other - check))):.1e}")
 
     reference = ReferenceExecutor(graph).run({"input": x})["logits"]
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    # As ember bench runs it: ONNX Runtime's workers stop spinning when a run returns;
+    # otherwise they spin on for hundreds of milliseconds and take a core from ember's
+    # calls timed next in this process (see ember/bench/peers.py).
+    options = onnxruntime.SessionOptions()
+    options.add_session_config_entry("session.force_spinning_stop", "1")
+    session = onnxruntime.InferenceSession(str(path), options,
+                                           providers=["CPUExecutionProvider"])
     theirs = session.run(None, {"input": x})[0]
     err_ort = float(np.max(np.abs(ours - theirs)))
     err_ref = float(np.max(np.abs(ours - reference)))
