@@ -13,10 +13,17 @@ For every top-level loop nest of a lowered kernel:
 Only loops whose iterations store to distinct locations run in parallel or vectorized; a
 reduction into a scalar accumulator (a kernel with a scalar output) stays serial.
 
-Each of those decisions is a knob of the kernel's config (``nest<i>.chunk``, ``.vectorize``,
-``.parallel``, ``.parallel_loops``, ``.register_tile``, ``.column_block``: see
-:mod:`ember.schedule.config`): the rules above propose the defaults, a config may choose any
-other legal value, and a tuner searches over them.
+Before that, the loops of an elementwise nest that every access walks as one are merged into
+one loop (an ``[8, 64, 56, 56]`` activation is one loop of 1.6 M elements, not rows of 56), and
+a loop over rows whose bodies hold loops of their own (after row fusion, see
+:mod:`ember.schedule.row_fusion`) runs its rows in parallel with their inner elementwise loops
+vectorized.
+
+Each of those decisions is a knob of the kernel's config (``nest<i>.coalesce``, ``.chunk``,
+``.vectorize``, ``.vectorize_inner``, ``.parallel``, ``.parallel_loops``,
+``.register_tile``, ``.column_block``: see :mod:`ember.schedule.config`): the rules above
+propose the defaults, a config may choose any other legal value, and a tuner searches over
+them.
 """
 
 from __future__ import annotations
