@@ -19,52 +19,22 @@ import ember
 import ember.api
 import ember.onnx_backend as backend
 import ember.runtime
+from call_models import (ADD, F32, SUM_DIFF, module_and_artifact, onnx_model,
+                         value_info)
 from ember.core.errors import InputError
 
-F32 = TensorProto.FLOAT
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((2, 3)).astype(np.float32)
 Y = RNG.standard_normal((2, 3)).astype(np.float32)
 
 
-def _model(nodes, inputs, outputs):
-    graph = helper.make_graph(nodes, "g", inputs, outputs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def _vi(name, shape, dtype=F32):
-    return helper.make_tensor_value_info(name, dtype, shape)
-
-
-ADD = _model([helper.make_node("Add", ["x", "y"], ["z"])],
-             [_vi("x", [2, 3]), _vi("y", [2, 3])], [_vi("z", [2, 3])])
-# two outputs: the sum and the difference
-SUM_DIFF = _model([helper.make_node("Add", ["x", "y"], ["s"]),
-                   helper.make_node("Sub", ["x", "y"], ["d"])],
-                  [_vi("x", [2, 3]), _vi("y", [2, 3])], [_vi("s", [2, 3]), _vi("d", [2, 3])])
-SCALAR = _model([helper.make_node("Neg", ["t"], ["u"])], [_vi("t", [])], [_vi("u", [])])
-ONE_INPUT = _model([helper.make_node("Relu", ["x"], ["r"])], [_vi("x", [2, 3])],
-                   [_vi("r", [2, 3])])
+SCALAR = onnx_model([helper.make_node("Neg", ["t"], ["u"])], [value_info("t", [])],
+                    [value_info("u", [])])
+ONE_INPUT = onnx_model([helper.make_node("Relu", ["x"], ["r"])], [value_info("x", [2, 3])],
+                       [value_info("r", [2, 3])])
 # an input named like the method's own parameter
-SELF = _model([helper.make_node("Neg", ["self"], ["out"])], [_vi("self", [2, 3])],
-              [_vi("out", [2, 3])])
-
-
-def _variants(model, tmp_path_factory):
-    """The model as a Module, as a loaded artifact, and (for run) as an EmberRep."""
-    module = ember.compile(model)
-    loaded = ember.runtime.load(module.save(tmp_path_factory.mktemp("a") / "m.ember"))
-    return module, loaded
-
-
-@pytest.fixture(scope="module")
-def add(tmp_path_factory):
-    return _variants(ADD, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def sum_diff(tmp_path_factory):
-    return _variants(SUM_DIFF, tmp_path_factory)
+SELF = onnx_model([helper.make_node("Neg", ["self"], ["out"])], [value_info("self", [2, 3])],
+                  [value_info("out", [2, 3])])
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +67,7 @@ def test_both_classes_return_the_same_types(sum_diff):
 
 
 def test_single_array_is_one_input(tmp_path_factory):
-    for model in _variants(ONE_INPUT, tmp_path_factory):
+    for model in module_and_artifact(ONE_INPUT, tmp_path_factory):
         np.testing.assert_array_equal(model(X), np.maximum(X, 0))
         np.testing.assert_array_equal(model.run(X)["r"], np.maximum(X, 0))
     (r,) = backend.prepare(ONE_INPUT).run(X)
@@ -105,7 +75,7 @@ def test_single_array_is_one_input(tmp_path_factory):
 
 
 def test_numpy_scalar_is_a_0d_array(tmp_path_factory):
-    for model in _variants(SCALAR, tmp_path_factory):
+    for model in module_and_artifact(SCALAR, tmp_path_factory):
         result = model(np.float32(1.5))
         assert isinstance(result, np.ndarray) and result.shape == () and result == -1.5
         assert model.run({"t": np.float32(2)})["u"] == -2
@@ -114,7 +84,7 @@ def test_numpy_scalar_is_a_0d_array(tmp_path_factory):
 
 
 def test_an_input_may_be_named_self(tmp_path_factory):
-    for model in _variants(SELF, tmp_path_factory):
+    for model in module_and_artifact(SELF, tmp_path_factory):
         np.testing.assert_array_equal(model(**{"self": X}), -X)
 
 
@@ -181,8 +151,8 @@ def test_emberrep_binds_like_the_others(add_rep):
 # ---------------------------------------------------------------------- concurrency
 
 
-DYNAMIC = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["N", 3])],
-                 [_vi("y", ["N", 3])])
+DYNAMIC = onnx_model([helper.make_node("Relu", ["x"], ["y"])], [value_info("x", ["N", 3])],
+                     [value_info("y", ["N", 3])])
 
 
 @pytest.fixture

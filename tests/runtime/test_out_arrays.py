@@ -21,33 +21,20 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ember
 import ember.runtime
+from call_models import (ADD, F32, SUM_DIFF, module_and_artifact, onnx_model,
+                         value_info)
 from ember.core.errors import InputError
 from ember.runtime.dims_model import RuntimeDimsModel
 from ember.runtime.model import CompiledModel
 
-F32 = TensorProto.FLOAT
 RNG = np.random.default_rng(7)
 X = RNG.standard_normal((2, 3)).astype(np.float32)
 Y = RNG.standard_normal((2, 3)).astype(np.float32)
 
 
-def _model(nodes, inputs, outputs, initializers=()):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-
-
-def _vi(name, shape, dtype=F32):
-    return helper.make_tensor_value_info(name, dtype, shape)
-
-
-ADD = _model([helper.make_node("Add", ["x", "y"], ["z"])],
-             [_vi("x", [2, 3]), _vi("y", [2, 3])], [_vi("z", [2, 3])])
-SUM_DIFF = _model([helper.make_node("Add", ["x", "y"], ["s"]),
-                   helper.make_node("Sub", ["x", "y"], ["d"])],
-                  [_vi("x", [2, 3]), _vi("y", [2, 3])], [_vi("s", [2, 3]), _vi("d", [2, 3])])
 # an input named like the keyword
-OUT_INPUT = _model([helper.make_node("Neg", ["out"], ["n"])], [_vi("out", [2, 3])],
-                   [_vi("n", [2, 3])])
+OUT_INPUT = onnx_model([helper.make_node("Neg", ["out"], ["n"])],
+                       [value_info("out", [2, 3])], [value_info("n", [2, 3])])
 
 
 def _blocked_model():
@@ -61,8 +48,9 @@ def _blocked_model():
              helper.make_node("Relu", ["h"], ["y"]),
              helper.make_node("Reshape", ["h", "shape"], ["z"]),
              helper.make_node("Mul", ["c", "c"], ["c2"])]
-    model = _model(nodes, [_vi("x", ["N", 4])],
-                   [_vi("y", ["N", 8]), _vi("z", [None, 4]), _vi("c2", [3])], inits)
+    model = onnx_model(nodes, [value_info("x", ["N", 4])],
+                       [value_info("y", ["N", 8]), value_info("z", [None, 4]),
+                        value_info("c2", [3])], inits)
     w, c = (numpy_helper.to_array(i) for i in (inits[0], inits[2]))
 
     def expected(x):
@@ -73,25 +61,8 @@ def _blocked_model():
 
 
 BLOCKED, BLOCKED_EXPECTED = _blocked_model()
-DYNAMIC = _model([helper.make_node("Relu", ["x"], ["r"])], [_vi("x", ["N", 3])],
-                 [_vi("r", ["N", 3])])
-
-
-def _both(model, tmp_path_factory):
-    """The model as a Module (called once) and as its loaded artifact."""
-    module = ember.compile(model)
-    loaded = ember.runtime.load(module.save(tmp_path_factory.mktemp("out") / "m.ember"))
-    return module, loaded
-
-
-@pytest.fixture(scope="module")
-def add(tmp_path_factory):
-    return _both(ADD, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def sum_diff(tmp_path_factory):
-    return _both(SUM_DIFF, tmp_path_factory)
+DYNAMIC = onnx_model([helper.make_node("Relu", ["x"], ["r"])], [value_info("x", ["N", 3])],
+                     [value_info("r", ["N", 3])])
 
 
 def at_offset(shape, dtype, offset: int) -> np.ndarray:
@@ -202,12 +173,12 @@ def test_element_types_without_buffer_exports(tmp_path_factory):
     through: they take the checked path, in and out."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
     bf16 = ml_dtypes.bfloat16
-    model = _model([helper.make_node("Add", ["x", "x"], ["s"]),
-                    helper.make_node("Cast", ["x"], ["f"], to=F32)],
-                   [_vi("x", [2, 3], TensorProto.BFLOAT16)],
-                   [_vi("s", [2, 3], TensorProto.BFLOAT16), _vi("f", [2, 3])])
+    model = onnx_model([helper.make_node("Add", ["x", "x"], ["s"]),
+                        helper.make_node("Cast", ["x"], ["f"], to=F32)],
+                       [value_info("x", [2, 3], TensorProto.BFLOAT16)],
+                       [value_info("s", [2, 3], TensorProto.BFLOAT16), value_info("f", [2, 3])])
     x = np.arange(6, dtype=np.float32).reshape(2, 3).astype(bf16)
-    for runtime in _both(model, tmp_path_factory):
+    for runtime in module_and_artifact(model, tmp_path_factory):
         s, f = runtime(x)
         np.testing.assert_array_equal(s.astype(np.float32), 2 * x.astype(np.float32))
         np.testing.assert_array_equal(f, x.astype(np.float32))
@@ -219,7 +190,7 @@ def test_element_types_without_buffer_exports(tmp_path_factory):
 
 
 def test_an_input_named_out_stays_an_input(tmp_path_factory):
-    for model in _both(OUT_INPUT, tmp_path_factory):
+    for model in module_and_artifact(OUT_INPUT, tmp_path_factory):
         np.testing.assert_array_equal(model(out=X), -X)
         n = np.empty((2, 3), np.float32)
         assert model.run({"out": X}, out=[n])["n"] is n
