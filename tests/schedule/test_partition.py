@@ -18,6 +18,7 @@ from loop_interpreter import run_outputs  # noqa: E402
 
 import ember  # noqa: E402
 import ember.schedule.partition as partition  # noqa: E402
+from ember.schedule.config import KernelConfig  # noqa: E402
 from ember.ir.loop import For, walk  # noqa: E402
 from ember.ir.loop.buffer import Buffer  # noqa: E402
 from ember.ir.loop.expr import Binary, Select  # noqa: E402
@@ -75,13 +76,14 @@ def _arrays(func, count: int) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_split_kernels_compute_what_the_guarded_ones_compute(name, monkeypatch):
-    """The kernels as scheduled without partitioning, then partitioned here: the same outputs,
-    bit for bit, in the interpreter; the middle loops hold fewer guards."""
-    monkeypatch.setattr(partition, "partition_guarded_loops", lambda func: func)
+def test_split_kernels_compute_what_the_guarded_ones_compute(name):
+    """The kernels as scheduled without partitioning (every kernel's ``partition`` knob off),
+    then partitioned here: the same outputs, bit for bit, in the interpreter; the middle
+    loops hold fewer guards."""
     model, _ = _model(name)
-    module = ember.compile(model)
-    monkeypatch.undo()
+    keys = {impl.workload_key for impl in ember.compile(model).build.kernels}
+    module = ember.compile(model, kernel_configs={
+        key: KernelConfig.of(partition=False) for key in keys})
     split_any = False
     for impl in module.build.kernels:
         func = impl.func
