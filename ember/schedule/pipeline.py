@@ -196,10 +196,12 @@ def propose_config(func: PrimFunc, target: Target, *,
 def config_space(func: PrimFunc, target: Target, config: KernelConfig | None = None, *,
                  constant_params: frozenset[int] = frozenset(),
                  opt_level: int = 2) -> tuple[Knob, ...]:
-    """The knobs of ``func`` (which may depend on the values of earlier knobs: a product
-    that keeps its loops has no blocking knobs), as met when scheduling with ``config``."""
+    """The knobs of ``func`` as met when scheduling with ``config``: they depend on the values
+    of earlier knobs (a product that keeps its loops has no blocking knobs), so a search
+    asks again after each change, and knobs of ``config`` that no longer apply are
+    ignored rather than refused."""
     return schedule_kernel(func, target, config, constant_params=constant_params,
-                           opt_level=opt_level).space
+                           opt_level=opt_level, strict=False).space
 
 
 # ---------------------------------------------------------------------- GEMM knobs

@@ -15,7 +15,7 @@ from ember.core.target import Target
 from ember.ir.loop.stmt import PrimFunc
 from ember.schedule.config import ScheduleConfigError, Decisions, KernelConfig, Knob
 from ember.schedule.default import default_schedule
-from ember.schedule.pipeline import schedule_kernel
+from ember.schedule.pipeline import config_space
 
 Space = Callable[[PrimFunc, Target, KernelConfig], list[Knob]]
 
@@ -29,9 +29,8 @@ def nest_space(func: PrimFunc, target: Target, config: KernelConfig) -> list[Kno
 
 def kernel_space(func: PrimFunc, target: Target, config: KernelConfig,
                  constant_params: frozenset[int] = frozenset()) -> list[Knob]:
-    """The knobs of every loop stage (``schedule_kernel``)."""
-    return list(schedule_kernel(func, target, config, constant_params=constant_params,
-                                strict=False).space)
+    """The knobs of every loop stage (``config_space``)."""
+    return list(config_space(func, target, config, constant_params=constant_params))
 
 
 def sampled_config(func: PrimFunc, target: Target, pick: Callable[[Knob], object],
