@@ -51,6 +51,7 @@ from ember.runtime.errors import ModelLoadError
 from ember.runtime.manifest import HostNodeEntry
 from ember.runtime.dims_model import RuntimeDimsModel
 from ember.runtime.model import CompiledModel, HostFunction, check_thread_count
+from ember.schedule.config import KernelConfig, ScheduleConfigError
 
 if TYPE_CHECKING:
     from ember.profile import Peak, Profile
@@ -895,8 +896,9 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     default the model file's own directory; a model given as bytes or a ModelProto with
     external tensors needs it (nothing is ever read relative to the working directory).
     ``kernel_configs`` maps workload keys (``ember.schedule.workload``) to schedule configs
-    (``ember.schedule.config.KernelConfig``): a kernel whose key is listed is scheduled with
-    that config, every other one with the default heuristic -- what a tuner's records feed.
+    (``ember.schedule.config.KernelConfig``, or a mapping of knob names to values): a kernel
+    whose key is listed is scheduled with that config, every other one with the default
+    heuristic -- what a tuner's records feed.
     """
     threads = check_thread_count(threads)
     if memory_limit is not None:
@@ -904,11 +906,28 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     graph = _as_graph(model, memory_limit, example_inputs, dynamic_shapes, base_dir)
     resolved = target if isinstance(target, Target) else Target.parse(target)
     options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
-                           memory_limit=memory_limit, kernel_configs=dict(kernel_configs or {}))
+                           memory_limit=memory_limit,
+                           kernel_configs=_kernel_configs(kernel_configs))
     module = Module(graph, options, input_shapes, dynamic_batch=dynamic_batch)
     if threads is not None:
         module.set_num_threads(threads)
     return module
+
+
+def _kernel_configs(given: Mapping[str, Any] | None) -> dict[str, KernelConfig]:
+    """``compile``'s ``kernel_configs`` as KernelConfigs (a plain mapping of knob values is
+    accepted; a value that is neither is refused here, not in the middle of a build)."""
+    configs: dict[str, KernelConfig] = {}
+    for key, config in (given or {}).items():
+        if isinstance(config, KernelConfig):
+            configs[str(key)] = config
+        elif isinstance(config, Mapping):
+            configs[str(key)] = KernelConfig.of(config)
+        else:
+            raise ScheduleConfigError(
+                f"kernel_configs['{key}'] must be a KernelConfig or a mapping of knob names to "
+                f"values, got {type(config).__name__}")
+    return configs
 
 
 def load(path: str | Path, *, expected_digest: str | None = None,

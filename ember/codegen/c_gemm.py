@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from ember.core.traced import is_traced
 from ember.codegen.c_helpers import HelperSet
 from ember.ir.loop.buffer import Buffer
-from ember.ir.loop.expr import INDEX, Const, Load, Var
+from ember.ir.loop.expr import INDEX, Const, Expr, Load, Var
 from ember.ir.loop.functor import substitute
 from ember.ir.loop.stmt import For, ForKind, Gemm, Store
 
@@ -168,14 +168,22 @@ def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
     for _, extent in s.batch:
         batch *= extent
     # B differs per batch element and its copies do not all fit the scratch: one at a time
-    per_element = s.pack is not None and s.b_moves_with_batch and s.pack.shape[0] == 1
+    per_element = s.pack is not None and s.b_moves_with_batch and s.pack.shape[0] == 1 and \
+        not knobs.fold_batch
     blocks_m, blocks_n, _ = _task_grid(s)
     blocks = blocks_m * blocks_n
-    em.line(depth, f"{{ /* gemm {s.m}x{s.n}x{s.k}" + (f" x {batch}" if batch > 1 else "") +
-            f": tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks of "
+    folded = " folded into the columns" if knobs.fold_batch else ""
+    em.line(depth, f"{{ /* gemm {s.m}x{s.n}x{s.k}" + (f" x {batch}{folded}" if batch > 1 else "")
+            + f": tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks of "
             f"{knobs.mc}x{knobs.nc} */")
     pack_in_task = knobs.pack_in_task
-    if per_element:
+    if knobs.fold_batch:
+        # one product of batch x n columns: the tasks' columns span the batch elements, whose
+        # variables the packing and the epilogue decode per column
+        if s.pack is not None and not pack_in_task:
+            _emit_pack(em, s, depth + 1)
+        _emit_tasks(em, s, depth + 1, blocks, None, pack_in_task)
+    elif per_element:
         # B differs per batch element: pack and multiply one element at a time
         bt = em.names.fresh("bt")
         em.line(depth + 1, f"for (long {bt} = 0; {bt} < {batch}; ++{bt}) {{")
@@ -193,7 +201,7 @@ def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:
 
 
 def _panels(s: Gemm) -> int:
-    return -(-s.n // s.knobs.nr)
+    return -(-s.columns // s.knobs.nr)
 
 
 def _task_grid(s: Gemm) -> tuple[int, int, int]:
@@ -230,7 +238,7 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     # 1), is multiplied by a narrower micro-kernel: as many vectors as its columns need,
     # not NR's worth of multiply-adds on zero padding.
     # (A run-time N leaves any count of columns there: its last panel takes the full one.)
-    tail_vectors = 0 if is_traced(s.n) else -(-(s.n % nr) // lanes)
+    tail_vectors = 0 if is_traced(s.columns) else -(-(s.columns % nr) // lanes)
     narrow = kernels_of(tail_vectors) if 0 < tail_vectors < nr // lanes else None
     panels = _panels(s)
     blocks_m, blocks_n, panels_per_task = _task_grid(s)
@@ -244,7 +252,9 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
                     f"{tm} = ({task} / {blocks_n}) % {blocks_m}, {tn} = {task} % {blocks_n};")
         line(inner, f"(void){bt};")
         with _batch_bindings(em, s if blocks_per_element else None, bt, inner):
-            a_base, out_base = (em.exprs.expr(e) for e in (s.a_base, s.out_base))
+            a_base = em.exprs.expr(s.a_base)
+            # (folded, the output's base depends on the batch element of each column)
+            out_base = None if knobs.fold_batch else em.exprs.expr(s.out_base)
             b_panels = em._buffer(s.pack) if s.pack is not None else em._buffer(s.b)
             if s.pack is not None and s.pack.shape[0] > 1:  # this batch element's panels
                 b_panels = f"({b_panels} + {bt} * {s.pack.shape[1] * s.k * nr})"
@@ -266,6 +276,12 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
             apack = fresh("apack")
             if pack_a:
                 line(inner, f"float {apack}[{knobs.mc * knobs.kc}] __attribute__((aligned(64)));")
+            ctile = fresh("ctile")
+            if knobs.fold_batch:
+                # the task's block of the product accumulates here: a tile's columns may
+                # belong to two batch elements, whose outputs are apart
+                line(inner, f"float {ctile}[{knobs.mc * knobs.nc}] "
+                            f"__attribute__((aligned(64)));")
             line(inner, f"for (long {pc} = 0; {pc} < {s.k}; {pc} += {knobs.kc}) {{")
             line(inner + 1, f"const long {kc} = {s.k} - {pc} < {knobs.kc} ? {s.k} - {pc} : "
                             f"{knobs.kc};")
@@ -281,7 +297,7 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
                 line(inner + 1, "}")
             line(inner + 1, f"for (long {p} = {p_lo}; {p} < {p_hi}; ++{p}) {{")
             line(inner + 2, f"const long {j0} = {p} * {nr}, "
-                            f"{cols} = {s.n} - {j0} < {nr} ? {s.n} - {j0} : {nr};")
+                            f"{cols} = {s.columns} - {j0} < {nr} ? {s.columns} - {j0} : {nr};")
             b_row = fresh("b_row")
             if s.b_direct:
                 full = s.n // nr
@@ -299,8 +315,14 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
             line(inner + 2, f"for (long {i0} = {i_lo}; {i0} < {i_hi}; {i0} += {mr}) {{")
             body = inner + 3
             line(body, f"const long {rows} = {i_hi} - {i0} < {mr} ? {i_hi} - {i0} : {mr};")
-            line(body, f"float *{tile} = {em._buffer(s.out)} + ({out_base}) + {i0} * {s.out_rs} "
-                       f"+ {j0};")
+            if knobs.fold_batch:
+                c_rs = knobs.nc
+                line(body, f"float *{tile} = {ctile} + ({i0} - {i_lo}) * {c_rs} + "
+                           f"({p} - {p_lo}) * {nr};")
+            else:
+                c_rs = s.out_rs
+                line(body, f"float *{tile} = {em._buffer(s.out)} + ({out_base}) + "
+                           f"{i0} * {s.out_rs} + {j0};")
             if s.a_packed:  # strips packed at compile time (i0 is a multiple of MR)
                 a_tile = f"{em._buffer(s.a)} + ({i0} / {mr}) * {s.k * mr} + {pc} * {mr}"
                 a_rs, a_cs = 1, mr
@@ -312,7 +334,7 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
             # (``accumulate`` stays a run-time flag: one inlined copy per flag value doubled the
             # code of every GEMM and made ResNet-18's convolutions slower, 34 -> 44 ms)
             strides = "" if shared else f"{a_rs}, {a_cs}, "
-            call = (f"({kc}, {a_tile}, {strides}{panel}, {b_row}, {tile}, {s.out_rs}, "
+            call = (f"({kc}, {a_tile}, {strides}{panel}, {b_row}, {tile}, {c_rs}, "
                     f"{pc} != 0, {cols});")
             if narrow is None:
                 _emit_micro_call(em, body, kernels, rows, call)
@@ -322,7 +344,12 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
                 line(body, "} else {")
                 _emit_micro_call(em, body + 1, narrow, rows, call)
                 line(body, "}")
-            if s.finish is not None:
+            if knobs.fold_batch:
+                line(body, f"if ({pc} + {kc} == {s.k}) {{")
+                _emit_folded_epilogue(em, s, body + 1, tile, c_rs,
+                                      {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
+                line(body, "}")
+            elif s.finish is not None:
                 line(body, f"if ({pc} + {kc} == {s.k}) {{")
                 _emit_epilogue(em, s, body + 1, {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
                 line(body, "}")
@@ -389,9 +416,16 @@ def _emit_pack_panel(em: "_KernelEmitter", s: Gemm, inner: int, p: str, bt: str,
     line(inner + 1, f"long {rest} = {j}, off = 0;")
     for extent, stride in reversed(s.b_j_dims):
         line(inner + 1, f"off += ({rest} % {extent}) * {stride}; {rest} /= {extent};")
-    line(inner + 1, f"{offsets}[{q}] = {j} < {s.n} ? off : -1;")
+    if s.knobs.fold_batch:
+        # the rest is the column's batch element: B's base moves with it
+        line(inner + 1, f"if ({j} < {s.columns}) {{")
+        with _batch_bindings(em, s, rest, inner + 2):
+            line(inner + 2, f"off += {em.exprs.expr(s.b_base)};")
+        line(inner + 1, "}")
+    line(inner + 1, f"{offsets}[{q}] = {j} < {s.columns} ? off : -1;")
     line(inner, "}")
-    line(inner, f"const float *{src} = {em._buffer(s.b)} + ({em.exprs.expr(s.b_base)});")
+    base = "0" if s.knobs.fold_batch else em.exprs.expr(s.b_base)
+    line(inner, f"const float *{src} = {em._buffer(s.b)} + ({base});")
     line(inner, f"float *{dst} = {em._buffer(s.pack)} + ({bt} * {count} + {p} - {first}) * "
                 f"{s.k * nr};")
     # A panel whose columns are evenly spaced elements of B -- an im2col panel within one
@@ -527,6 +561,45 @@ def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, s
         for var, key in ((i0, "i0"), (j0, "j0"), (rows, "rows"), (cols, "cols")):
             scope.enter_context(_Binding(em.vars, var, names[key]))
         em.stmt(loop, depth)
+
+
+def _emit_folded_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_rs: int,
+                          names: dict[str, str]) -> None:
+    """Store a finished tile of a product with the batch folded into its columns: each row
+    of the tile, run by run of columns of one batch element, goes to that element's output
+    (through ``finish`` when there is one)."""
+    from ember.codegen.c import _Binding
+
+    fresh, line = em.names.fresh, em.line
+    i0, j0, rows, cols = (names[key] for key in ("i0", "j0", "rows", "cols"))
+    r, c0, e, jj, length, at = (fresh(n) for n in ("r", "c0", "e", "jj", "length", "from"))
+    line(depth, f"for (long {r} = 0; {r} < {rows}; ++{r}) {{")
+    line(depth + 1, f"for (long {c0} = 0; {c0} < {cols}; {c0} += 0) {{")
+    inner = depth + 2
+    line(inner, f"const long {e} = ({j0} + {c0}) / {s.n}, {jj} = ({j0} + {c0}) % {s.n};")
+    line(inner, f"const long {length} = {s.n} - {jj} < {cols} - {c0} ? {s.n} - {jj} : "
+                f"{cols} - {c0};")
+    line(inner, f"const float *{at} = {tile} + {r} * {c_rs} + {c0};")
+    row_var, start, count = (Var(f"gemm_{n}", INDEX) for n in ("row", "j", "length"))
+    c = Var("gemm_c", INDEX)
+    run = Buffer("gemm_run", s.out.dtype, (s.knobs.nr,), scope="global", align=4)
+    col = start + c
+    index = s.out_base + row_var * s.out_rs + col
+    value: Expr = Load(run, c)
+    if s.finish is not None:
+        value = substitute(s.finish, {s.row: row_var, s.col: col, s.result: value})
+    loop = For(c, _zero(), count, ForKind.VECTORIZED, Store(s.out, index, value))
+    with ExitStack() as scope:
+        scope.enter_context(_batch_bindings(em, s, e, inner))
+        row_name = fresh("row")
+        line(inner, f"const long {row_name} = {i0} + {r};")
+        for var, name in ((row_var, row_name), (start, jj), (count, length)):
+            scope.enter_context(_Binding(em.vars, var, name))
+        scope.enter_context(_Binding(em.buffers, run, at))
+        em.stmt(loop, inner)
+    line(inner, f"{c0} += {length};")
+    line(depth + 1, "}")
+    line(depth, "}")
 
 
 def _zero() -> Const:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.core.traced import as_size, may_be_nonzero, size_class
+from ember.core.traced import as_size, is_traced, may_be_nonzero, size_class
 from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.ir.loop.affine import affine_coefficients
@@ -66,6 +66,16 @@ ALL_COPIES_BYTES = 32 << 20
 MIN_ROWS_TO_PACK = 4
 # The most scratch a run-time packed (im2col) B may take.
 MAX_PACK_BYTES = 64 << 20
+# A batch whose elements' products have fewer columns than this (images up to 31x31) is
+# folded into the columns by default: the weights stream once for the batch instead of once
+# per element, and a 7x7 image's 49 columns no longer pad to 64 per element.
+FOLD_BELOW_COLUMNS = 1024
+# A folded product's task accumulates its block of the output in a scratch on the stack (a
+# tile's columns may belong to two elements, whose outputs are apart): at most this big.
+FOLD_SCRATCH_BYTES = 64 << 10
+# Products with fewer rows than this take the register tile height that pads the fewest rows
+# (among heights with enough accumulators); more rows pad too few to matter.
+MANY_ROWS = 160
 # Multiply-adds of one product (per batch element when B differs per element) from which its
 # tasks run on the thread pool.
 PARALLEL_WORK = 1 << 17
@@ -127,11 +137,35 @@ class GemmShape:
     products: int
     b_prepacked: bool
     gathered: bool
+    # whether the batch may be folded into the columns (GemmKnobs.fold_batch)
+    foldable: bool = False
+
+    def folded(self) -> "GemmShape":
+        """The shape the template runs with the batch folded into the columns."""
+        return replace(self, n=self.n * self.products, batch=1, foldable=False)
 
     def default_knobs(self, target: Target, tile: tuple[int, int] | None = None) -> GemmKnobs:
         """The default blocking (sizes planned for by class: call it only for a product that
         takes the template, or its guards would tie a traced build to sizes it need not)."""
         return default_knobs(self.m, self.n, self.k, self.batch, target, tile)
+
+
+def folded_knobs(knobs: GemmKnobs) -> GemmKnobs:
+    """``knobs`` for the folded product, with tasks narrow enough for their scratch block of
+    the output (``FOLD_SCRATCH_BYTES``)."""
+    return replace(knobs, fold_batch=True, nc=min(knobs.nc, fold_columns_limit(knobs.mc,
+                                                                              knobs.nr)))
+
+
+def fold_columns_limit(mc: int, nr: int) -> int:
+    """The most columns a folded product's task of ``mc`` rows may take (whole panels)."""
+    return max(nr, FOLD_SCRATCH_BYTES // (4 * mc) // nr * nr)
+
+
+def fold_pays(shape: GemmShape) -> bool:
+    """The heuristic: fold a foldable batch whose elements have few columns (see
+    ``FOLD_BELOW_COLUMNS``)."""
+    return shape.foldable and shape.n < FOLD_BELOW_COLUMNS
 
 
 _UNCHOSEN = GemmKnobs(0, 0, 0, 0, 0, 0)  # a product's knobs until its chooser decides them
@@ -147,6 +181,8 @@ class GemmChooser:
 
     def knobs(self, index: int, shape: GemmShape) -> GemmKnobs | None:
         """The blocking of product ``index``, or None to keep its plain loops."""
+        if fold_pays(shape) and template_pays(shape.folded(), self.target):
+            return folded_knobs(shape.folded().default_knobs(self.target))
         return shape.default_knobs(self.target) if template_pays(shape, self.target) else None
 
     def finish(self, index: int, gemm: Gemm, pack_in_task_legal: bool) -> GemmKnobs:
@@ -217,15 +253,22 @@ def template_pays(shape: GemmShape, target: Target) -> bool:
 def default_parallel(gemm: Gemm) -> bool:
     """Tasks run on the thread pool when each batch element's product (or all of them, when
     their panels are packed together) does at least ``PARALLEL_WORK`` multiply-adds."""
-    batch = math.prod(e for _, e in gemm.batch)
-    per_element = gemm.pack is not None and gemm.b_moves_with_batch and gemm.pack.shape[0] == 1
+    batch = 1 if gemm.knobs.fold_batch else math.prod(e for _, e in gemm.batch)
+    per_element = per_element_packing(gemm)
     knobs = gemm.knobs
     blocks = -(-gemm.m // knobs.mc) * -(-_panels(gemm) // (knobs.nc // knobs.nr))
     tasks = blocks if per_element else blocks * batch
     # (one task runs on the caller whatever the knob says: its work is not compared, so a
     # traced size takes no guard for a decision without effect)
     return tasks > 1 and \
-        gemm.m * gemm.n * gemm.k * (1 if per_element else batch) >= PARALLEL_WORK
+        gemm.m * gemm.columns * gemm.k * (1 if per_element else batch) >= PARALLEL_WORK
+
+
+def per_element_packing(gemm: Gemm) -> bool:
+    """Whether B is packed and multiplied one batch element at a time (its panels differ per
+    element and the scratch holds one element's)."""
+    return gemm.pack is not None and gemm.b_moves_with_batch and gemm.pack.shape[0] == 1 and \
+        not gemm.knobs.fold_batch
 
 
 def can_pack_in_task(gemm: Gemm) -> bool:
@@ -239,8 +282,8 @@ def can_pack_in_task(gemm: Gemm) -> bool:
     if gemm.pack is None or gemm.b_direct or -(-gemm.m // gemm.knobs.mc) != 1:
         return False
     batch = math.prod(e for _, e in gemm.batch)
-    per_element = gemm.b_moves_with_batch and gemm.pack.shape[0] == 1
-    return per_element or batch == 1 or gemm.pack.shape[0] == batch
+    return gemm.knobs.fold_batch or per_element_packing(gemm) or batch == 1 or \
+        gemm.pack.shape[0] == batch
 
 
 def use_gemm_template(func: PrimFunc, target: Target, constant_params: frozenset[int] = frozenset(),
@@ -299,11 +342,12 @@ def _choose_and_pack(gemm: Gemm, stmts: list[Stmt], position: int, consumed: int
     products = math.prod(e for _, e in gemm.batch)
     batch = 1 if gemm.b_moves_with_batch else products
     knobs = chooser.knobs(index, GemmShape(gemm.m, gemm.n, gemm.k, batch, products,
-                                           b_prepacked, gathered))
+                                           b_prepacked, gathered,
+                                           _foldable(gemm, b_prepacked)))
     if knobs is None:
         return None
     gemm = replace(gemm, knobs=knobs)
-    if gathered and not b_prepacked and \
+    if (gathered or knobs.fold_batch) and not b_prepacked and \
             4 * _panels(gemm) * knobs.nr * gemm.k > MAX_PACK_BYTES:
         return None  # an im2col too large for scratch: the plain loops stream it instead
     if a_param in constant_params and not a_elsewhere and gemm.a != gemm.b and \
@@ -327,15 +371,16 @@ def _choose_and_pack(gemm: Gemm, stmts: list[Stmt], position: int, consumed: int
         gemm = replace(gemm, b=packed, b_packed=True, b_base=Const(0, INDEX))
     else:
         # B with contiguous rows is read in place but for its partial last panel; any
-        # other B is gathered into panels (per batch element when it moves with them)
-        direct = gemm.b_is_matrix and gemm.b_j_dims[0][1] == 1
+        # other B is gathered into panels (per batch element when it moves with them, or
+        # all elements' columns as one matrix when the batch is folded)
+        direct = gemm.b_is_matrix and gemm.b_j_dims[0][1] == 1 and not knobs.fold_batch
         panels = (1 if may_be_nonzero(gemm.n % knobs.nr) else 0) if direct \
             else _panels(gemm)
         if panels:
             # every batch element's panels at once (one parallel loop for all) when
             # they fit, else one element at a time
-            copies = math.prod(e for _, e in gemm.batch) if gemm.b_moves_with_batch \
-                else 1
+            copies = math.prod(e for _, e in gemm.batch) \
+                if gemm.b_moves_with_batch and not knobs.fold_batch else 1
             if copies * panels * gemm.k * knobs.nr * 4 > ALL_COPIES_BYTES:
                 copies = 1
             pack = Buffer(f"pack{emitted}", gemm.b.dtype, (copies, panels, gemm.k, knobs.nr))
@@ -345,7 +390,23 @@ def _choose_and_pack(gemm: Gemm, stmts: list[Stmt], position: int, consumed: int
 
 
 def _panels(gemm: Gemm) -> int:
-    return -(-gemm.n // gemm.knobs.nr)
+    return -(-gemm.columns // gemm.knobs.nr)
+
+
+def _foldable(gemm: Gemm, b_prepacked: bool) -> bool:
+    """Whether the batch may be folded into the columns: a static batch along which B and
+    the output move and A does not (so one A serves every element's columns), B packed at
+    run time, and all elements' panels within the scratch allowed for them."""
+    if not gemm.batch or b_prepacked or not gemm.b_moves_with_batch or \
+            any(is_traced(e) for _, e in gemm.batch) or is_traced(gemm.n) or \
+            is_traced(gemm.k):
+        return False
+    batch_vars = {v for v, _ in gemm.batch}
+    if any(n in batch_vars for n in walk(gemm.a_base)):
+        return False
+    widest = 32  # no register tile is wider (16 lanes x 2 vectors): a bound on the padding
+    columns = gemm.n * math.prod(e for _, e in gemm.batch)
+    return 4 * -(-columns // widest) * widest * gemm.k <= ALL_COPIES_BYTES
 
 
 # ---------------------------------------------------------------------- matching
@@ -658,9 +719,14 @@ def default_knobs(m: int, n: int, k: int, batch: int, target: Target,
     if tile is None:
         mr, vectors = register_tile(target)
         nr = vectors * lanes
+        heights = [rows for rows, cols in tile_choices(target) if cols == nr]
         if m < 4 * mr:
-            mr = _fewest_padded_rows(m, [rows for rows, cols in tile_choices(target)
-                                         if cols == nr] or [mr])
+            mr = _fewest_padded_rows(m, heights or [mr])
+        elif m < MANY_ROWS:
+            # a few more strips, but of tiles with at least 2/3 of the accumulators, cost
+            # less than a padded last strip: Cout 64 in 12-row tiles computes 72 rows, in
+            # 8-row tiles 64 (ResNet-18's 64-channel convolutions 5 % faster on Zen 4)
+            mr = _fewest_padded_rows(m, [rows for rows in heights if 3 * rows >= 2 * mr])
     else:
         mr, nr = tile
     kc_target = 256 if nr * 4 * 256 <= target.l1d_bytes else 128

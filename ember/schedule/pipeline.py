@@ -25,7 +25,7 @@ times each stage and, on request, keeps the printed IR after each one (``ember i
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ember.core.dtypes import DType
@@ -38,7 +38,7 @@ from ember.ir.loop.verifier import verify_func
 from ember.schedule.config import Decisions, KernelConfig, Knob
 from ember.schedule.default import default_schedule
 from ember.schedule.gemm import (GemmChooser, GemmShape, Prepack, default_parallel,
-                                 template_pays, tile_choices)
+                                 fold_columns_limit, fold_pays, template_pays, tile_choices)
 from ember.schedule.primitives import Schedule, Trace
 from ember.schedule.row_fusion import fuse_row_nests
 
@@ -216,9 +216,16 @@ class _ConfigGemmChooser(GemmChooser):
 
     def knobs(self, index: int, shape: GemmShape) -> GemmKnobs | None:
         ask, name = self.decisions.choose, f"gemm{index}"
-        if not ask(f"{name}.template", template_pays(shape, self.target), [False, True],
+        fold_default = fold_pays(shape) and template_pays(shape.folded(), self.target)
+        if not ask(f"{name}.template", fold_default or template_pays(shape, self.target),
+                   [False, True],
                    "run the product on the blocked GEMM template (else its plain loops)"):
             return None
+        fold = shape.foldable and ask(
+            f"{name}.fold_batch", fold_default, [False, True],
+            "fold the batch into the columns: one product, A streamed once for the batch")
+        if fold:
+            shape = shape.folded()
         default = shape.default_knobs(self.target)
         mr, nr = ask(f"{name}.tile", (default.mr, default.nr), tile_choices(self.target),
                      "register tile of the micro-kernel: rows x columns")
@@ -233,12 +240,14 @@ class _ConfigGemmChooser(GemmChooser):
                  sorted({min(mr * f, rows) for f in (1, 2, 4, 8, 16, 32, 64)}),
                  "rows of a task (a multiple of the tile's rows)")
         columns = -(-n // nr) * nr
-        nc = ask(f"{name}.nc", proposed.nc,
-                 sorted({min(nr * f, columns) for f in (1, 2, 4, 8, 16, 32, 64)}),
+        widest = fold_columns_limit(mc, nr) if fold else columns
+        nc = ask(f"{name}.nc", min(proposed.nc, widest),
+                 sorted({min(nr * f, columns, widest) for f in (1, 2, 4, 8, 16, 32, 64)}),
                  "columns of a task (a multiple of the tile's columns)")
         pack_a = ask(f"{name}.pack_a", proposed.pack_a, [False, True],
                      "each task copies its block of A into row strips first")
-        return GemmKnobs(mr, nr, kc, mc, nc, self.target.lanes_for(DType.FLOAT32), pack_a)
+        return GemmKnobs(mr, nr, kc, mc, nc, self.target.lanes_for(DType.FLOAT32), pack_a,
+                         fold_batch=fold)
 
     def finish(self, index: int, gemm: Gemm, pack_in_task_legal: bool) -> GemmKnobs:
         ask, name = self.decisions.choose, f"gemm{index}"
@@ -248,5 +257,4 @@ class _ConfigGemmChooser(GemmChooser):
         parallel = ask(f"{name}.parallel", default_parallel(gemm), [False, True],
                        "the product's tasks run on the thread pool")
         knobs = gemm.knobs
-        return GemmKnobs(knobs.mr, knobs.nr, knobs.kc, knobs.mc, knobs.nc, knobs.lanes,
-                         knobs.pack_a, in_task, parallel)
+        return replace(knobs, pack_in_task=in_task, parallel=parallel)

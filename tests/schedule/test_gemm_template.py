@@ -186,11 +186,30 @@ def test_a_few_columns_left_over_take_a_narrower_micro_kernel(width, narrow):
         assert uses_narrow == narrow
 
 
+def _check_with(model, feeds: dict, expected: np.ndarray, knobs: dict):
+    """``_check`` of the model compiled with ``knobs`` set on the config of its one kernel
+    with a matrix product; a knob ``gemm0.mc`` given as ``"strips:N"`` is N tiles high, as
+    tall as the default tile makes them on this target."""
+    impl, = [impl for impl in ember.compile(model).build.kernels
+             if any(isinstance(n, Gemm) for n in walk(impl.func.body))]
+    knobs = dict(knobs)
+    if str(knobs.get("gemm0.mc", "")).startswith("strips:"):
+        rows, _ = knobs.get("gemm0.tile", impl.config.get("gemm0.tile"))
+        knobs["gemm0.mc"] = rows * int(knobs["gemm0.mc"].split(":")[1])
+    module = ember.compile(model, kernel_configs={impl.workload_key: knobs})
+    out = module.run(feeds)["y"]
+    scale = max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5 * scale)
+    gemm, = _gemms(module)
+    return module, gemm
+
+
 @pytest.mark.parametrize("regime", ["copies", "one_element_at_a_time", "row_blocks"])
 def test_im2col_panels_packed_by_their_task_or_up_front(regime, monkeypatch):
     """Each task packs its own panels of B when every panel belongs to one task (one block of
     rows; per batch element its own copy, or one element at a time); with several row blocks
-    B is packed once up front.  All three give the convolution."""
+    B is packed once up front.  All three give the convolution.  (The batch stays unfolded
+    here: folded, it is one product, tested below.)"""
     import ember.schedule.gemm as gemm_schedule
 
     out_channels = 150 if regime == "row_blocks" else 20
@@ -198,14 +217,72 @@ def test_im2col_panels_packed_by_their_task_or_up_front(regime, monkeypatch):
         monkeypatch.setattr(gemm_schedule, "ALL_COPIES_BYTES", 0)
     x, w = _randn(3, 8, 9, 40), _randn(out_channels, 8, 3, 3)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
-    module = _check(_model(nodes, [("x", list(x.shape))], {"w": w}), {"x": x},
-                    _conv_reference(x, w, 1, [1, 1, 1, 1], 1))
-    gemm, = _gemms(module)
+    # (with no scratch for all copies there is none for the folded panels either: no knob)
+    knobs = {} if regime == "one_element_at_a_time" else {"gemm0.fold_batch": False}
+    if regime == "row_blocks":
+        knobs["gemm0.mc"] = "strips:4"
+    module, gemm = _check_with(_model(nodes, [("x", list(x.shape))], {"w": w}), {"x": x},
+                               _conv_reference(x, w, 1, [1, 1, 1, 1], 1), knobs)
     copies = gemm.pack.shape[0]
     assert (copies, gemm.m > gemm.knobs.mc) == {"copies": (3, False),
                                                  "one_element_at_a_time": (1, False),
                                                  "row_blocks": (3, True)}[regime]
     assert gemm.knobs.pack_in_task == (regime != "row_blocks")
+
+
+@pytest.mark.parametrize("batch,size,out_channels,knobs", [
+    (3, 7, 20, {}),                                          # 49 columns per image
+    (5, 3, 13, {"gemm0.nc": 32}),                            # tiles span up to 4 images
+    (2, 9, 150, {"gemm0.mc": "strips:4"}),                   # row blocks: packed up front
+    (4, 6, 24, {"gemm0.tile": (4, 16), "gemm0.mc": 8, "gemm0.kc": 64}),
+])
+def test_batch_folded_into_the_columns(batch, size, out_channels, knobs):
+    """A small image's batch folded into the GEMM's columns: one product whose tiles span
+    images, each tile's columns stored run by run to their image's output through the fused
+    epilogue (bias, residual Add reading the output's own batch element, Relu), against a
+    numpy convolution."""
+    x, w = _randn(batch, 8, size, size), _randn(out_channels, 8, 3, 3)
+    bias, skip = _randn(out_channels), _randn(batch, out_channels, size, size)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["t", "skip"], ["u"]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    expected = np.maximum(_conv_reference(x, w, 1, [1, 1, 1, 1], 1) +
+                          bias[None, :, None, None] + skip, 0)
+    model = _model(nodes, [("x", list(x.shape)), ("skip", list(skip.shape))],
+                   {"w": w, "b": bias})
+    module, gemm = _check_with(model, {"x": x, "skip": skip}, expected,
+                               {"gemm0.fold_batch": True, **knobs})
+    assert gemm.knobs.fold_batch and gemm.columns == batch * size * size
+    assert gemm.pack.shape[:2] == (1, -(-gemm.columns // gemm.knobs.nr))
+    assert "folded into the columns" in module.build.source
+
+
+def test_folding_is_the_default_for_small_images_only():
+    """The heuristic folds a batch of 7x7 images, not of 32x32 ones (1,024 columns each); a
+    batch of one has nothing to fold."""
+    w = _randn(16, 8, 3, 3)
+    folded = {}
+    for batch, size in ((4, 7), (4, 32), (1, 7)):
+        x = _randn(batch, 8, size, size)
+        nodes = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3],
+                                  pads=[1, 1, 1, 1])]
+        module = _check(_model(nodes, [("x", list(x.shape))], {"w": w}), {"x": x},
+                        _conv_reference(x, w, 1, [1, 1, 1, 1], 1))
+        gemm, = _gemms(module)
+        folded[batch, size] = gemm.knobs.fold_batch
+    assert folded == {(4, 7): True, (4, 32): False, (1, 7): False}
+
+
+def test_a_shared_weight_matmul_batch_is_not_folded_when_a_moves():
+    """Folding needs one A for every batch element: a batched product whose A differs per
+    element (attention's scores) has no fold_batch knob at all."""
+    a, b = _randn(4, 5, 24), _randn(4, 24, 40)
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]
+    model = _model(nodes, [("a", list(a.shape)), ("b", list(b.shape))], {})
+    module = _check(model, {"a": a, "b": b}, a @ b)
+    impl, = module.build.kernels
+    assert "gemm0.fold_batch" not in {knob.name for knob in impl.space}
 
 
 def test_products_that_are_not_gemms_keep_their_loops():
@@ -268,7 +345,9 @@ SANITIZED = textwrap.dedent("""
         out = module.run({"x": a})["y"]
         assert np.allclose(out, np.maximum(a @ w.T + b, 0), rtol=1e-4, atol=1e-4)
         ran += 1
-    for stride in (1, 2):  # panels packed as evenly spaced runs, and gathered ones
+    # panels packed as evenly spaced runs, and gathered ones; stride 2 runs a batch of two
+    # small images folded into the columns (tiles spanning both, stored run by run)
+    for stride in (1, 2):
         x = rng.standard_normal((stride, 3, 7, 41)).astype(np.float32)  # each task packs
         w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
         conv = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3],

@@ -8,6 +8,7 @@ lanes, ``unrolled``) and codegen honours.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -98,8 +99,11 @@ class GemmKnobs:
     ``mc x kc`` block of A into ``mr``-row strips (``pack_a``: pays when many panels reuse
     it), whether each task packs its own panels of B right before using them instead of one
     loop packing all of B first (``pack_in_task``; the schedule sets it only where every
-    panel belongs to one task), and whether the tasks run on the thread pool
-    (``parallel``)."""
+    panel belongs to one task), whether the tasks run on the thread pool
+    (``parallel``), and whether the batch elements are folded into the columns
+    (``fold_batch``: one product of ``batch * n`` columns, A streamed once for the whole
+    batch; legal where A does not move with the batch and B does, as a convolution's
+    weights and its input)."""
 
     mr: int
     nr: int
@@ -110,11 +114,12 @@ class GemmKnobs:
     pack_a: bool = True
     pack_in_task: bool = False
     parallel: bool = True
+    fold_batch: bool = False
 
     def to_dict(self) -> dict[str, int | bool]:
         return {"mr": self.mr, "nr": self.nr, "kc": self.kc, "mc": self.mc, "nc": self.nc,
                 "lanes": self.lanes, "pack_a": self.pack_a, "pack_in_task": self.pack_in_task,
-                "parallel": self.parallel}
+                "parallel": self.parallel, "fold_batch": self.fold_batch}
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,14 @@ class Gemm(Stmt):
     def b_is_matrix(self) -> bool:
         """Whether B is a plain strided matrix (one loop along k, one along j)."""
         return len(self.b_k_dims) == 1 and len(self.b_j_dims) == 1
+
+    @property
+    def columns(self) -> int:
+        """Columns of the product the template runs: ``n``, or ``batch * n`` when the batch
+        is folded into the columns (``knobs.fold_batch``)."""
+        if not self.knobs.fold_batch:
+            return self.n
+        return self.n * math.prod(extent for _, extent in self.batch)
 
     @property
     def b_moves_with_batch(self) -> bool:
