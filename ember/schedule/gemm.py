@@ -520,6 +520,7 @@ def _to_gemm(p: _Product, target: Target) -> Gemm | None:
     # unit loops disappear
     zero = {v: Const(0, INDEX) for v, e in p.spatial + p.reduce if e == 1}
     p = _substituted(p, zero)
+    p = _split_divided_loops(p)
     spatial = [(v, e) for v, e in p.spatial if e > 1]
     reduce = [(v, e) for v, e in p.reduce if e > 1]
     coeffs = [affine_coefficients(simplify(i))
@@ -597,6 +598,47 @@ def _to_gemm(p: _Product, target: Target) -> Gemm | None:
                 lhs_c.get(i_var, 0), lhs_c[k_var], b_k, b_j, False,
                 row, col, result, finish, knobs)
     return stmt
+
+
+def _split_divided_loops(p: _Product) -> _Product:
+    """``p`` with every output loop ``v`` that an index divides by a constant ``c`` (``v // c``,
+    ``v % c``, ``c`` a proper divisor of the loop's extent) split into ``v_o`` and ``v_i``,
+    ``v = v_o * c + v_i``: then ``v // c`` is ``v_o`` and ``v % c`` is ``v_i``, and the
+    indices are affine again.  A grouped convolution reads the input channels of output
+    channel ``m``'s group, ``(m // (M / G)) * (C / G) + c``: split, the group is a batch loop
+    of products and each group's product takes the template."""
+    spatial = list(p.spatial)
+    for position in range(len(spatial) - 1, -1, -1):
+        var, extent = spatial[position]
+        divisors = {n.b.value for n in walk((p.out_index, p.lhs, p.rhs, p.init, p.finish))
+                    if isinstance(n, Binary) and n.op in ("floordiv", "floormod") and
+                    n.a == var and isinstance(n.b, Const)}
+        if extent < 1 or len(divisors) != 1:
+            continue
+        divisor, = divisors
+        if not (isinstance(divisor, int) and 1 < divisor < extent and extent % divisor == 0):
+            continue
+        outer, inner = Var(f"{var.name}_o", INDEX), Var(f"{var.name}_i", INDEX)
+
+        def quotients(n, var=var, divisor=divisor, outer=outer, inner=inner):
+            if isinstance(n, Binary) and n.a == var and isinstance(n.b, Const) and \
+                    n.b.value == divisor:
+                return {"floordiv": outer, "floormod": inner}.get(n.op)
+            return None
+
+        def apply(e: Expr | None, var=var, divisor=divisor, outer=outer,
+                  inner=inner) -> Expr | None:
+            if e is None:
+                return None
+            # (the divisions first: the rewrite would otherwise meet ``v`` inside them)
+            e = rewrite(e, quotients)
+            return simplify(substitute(e, {var: outer * Const(divisor, INDEX) + inner}))
+
+        p = replace(p, out_index=apply(p.out_index), lhs=Load(p.lhs.buffer, apply(p.lhs.index)),
+                    rhs=Load(p.rhs.buffer, apply(p.rhs.index)), init=apply(p.init),
+                    finish=apply(p.finish))
+        spatial[position:position + 1] = [(outer, extent // divisor), (inner, divisor)]
+    return replace(p, spatial=spatial)
 
 
 def _moves(walk: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:

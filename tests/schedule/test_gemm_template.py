@@ -8,6 +8,7 @@ compile time) and run-time B (packed by the kernel), and fused epilogues.
 
 from __future__ import annotations
 
+import math
 import textwrap
 
 import numpy as np
@@ -283,6 +284,34 @@ def test_a_shared_weight_matmul_batch_is_not_folded_when_a_moves():
     module = _check(model, {"a": a, "b": b}, a @ b)
     impl, = module.build.kernels
     assert "gemm0.fold_batch" not in {knob.name for knob in impl.space}
+
+
+@pytest.mark.parametrize("channels,out_channels,groups,batch", [
+    (32, 32, 4, 1),   # ResNeXt-like: 8 channels in and out per group
+    (24, 48, 8, 2),   # a channel multiplier of 2 per group, batch 2
+    (8, 32, 8, 1),    # depthwise with a multiplier of 4: one input channel per group
+])
+def test_grouped_convolutions_take_the_template_per_group(channels, out_channels, groups,
+                                                          batch):
+    """A grouped convolution reads the input channels of output channel m's group, an index
+    that divides m; the template's normal form splits that loop so that the groups become a
+    batch of products, each multiplied on the template (against numpy, group by group)."""
+    x = _randn(batch, channels, 10, 10)
+    w = _randn(out_channels, channels // groups, 3, 3)
+    bias = _randn(out_channels)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1], group=groups),
+             helper.make_node("Relu", ["t"], ["y"])]
+    per_in, per_out = channels // groups, out_channels // groups
+    expected = np.concatenate([
+        _conv_reference(x[:, g * per_in:(g + 1) * per_in], w[g * per_out:(g + 1) * per_out],
+                        1, [1, 1, 1, 1], 1) for g in range(groups)], axis=1)
+    expected = np.maximum(expected + bias[None, :, None, None], 0)
+    module = _check(_model(nodes, [("x", list(x.shape))], {"w": w, "b": bias}), {"x": x},
+                    expected)
+    gemm, = _gemms(module)
+    assert gemm.m == per_out and gemm.k == per_in * 9
+    assert math.prod(extent for _, extent in gemm.batch) == batch * groups
 
 
 def test_products_that_are_not_gemms_keep_their_loops():
