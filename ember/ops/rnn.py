@@ -51,13 +51,28 @@ _ACTIVATIONS: dict[str, tuple[Callable[..., np.ndarray], float | None, float | N
 }
 
 
-def _activations(ctx: RefContext, names: list[str] | None, defaults: tuple[str, ...],
-                 alphas: list[float] | None, betas: list[float] | None,
-                 num_directions: int, clip: float | None) -> list[list[Activation]]:
-    """Per direction, the activation functions of the cell.
+@dataclass(frozen=True)
+class ActivationSpec:
+    """One gate function of a cell as the attributes name it: its lower-case name, its alpha
+    and beta (None where the function takes none) and whether ``clip`` bounds its input."""
 
-    ``clip`` bounds the inputs of the gate activations (f, g), not that of LSTM's output
-    activation h, which sees the cell state (as ONNX Runtime does).
+    name: str
+    alpha: float | None
+    beta: float | None
+    clipped: bool
+
+
+def activation_specs(error: Callable[[str], Exception], names: list[str] | None,
+                     defaults: tuple[str, ...], alphas: list[float] | None,
+                     betas: list[float] | None, num_directions: int
+                     ) -> list[list[ActivationSpec]]:
+    """Per direction, the gate functions of the cell (shared by the reference and by
+    ``ember.passes.unroll_recurrent``).
+
+    The functions that take parameters consume ``activation_alpha`` / ``activation_beta`` in
+    order, falling back to their ONNX defaults.  ``clip`` bounds the inputs of the gate
+    activations (f, g), not that of LSTM's output activation h, which sees the cell state
+    (as ONNX Runtime does).
     """
     per_direction = len(defaults)
     names = list(names) if names else list(defaults) * num_directions
@@ -66,21 +81,30 @@ def _activations(ctx: RefContext, names: list[str] | None, defaults: tuple[str, 
     elif len(names) == 2 * per_direction and num_directions == 1:
         names = names[:per_direction]  # RNN's ONNX default lists two (one per direction)
     if len(names) != per_direction * num_directions:
-        raise ctx.error(f"activations lists {len(names)} function(s); this cell needs "
-                        f"{per_direction} per direction ({per_direction * num_directions})")
+        raise error(f"activations lists {len(names)} function(s); this cell needs "
+                    f"{per_direction} per direction ({per_direction * num_directions})")
     alpha_iter, beta_iter = iter(alphas or []), iter(betas or [])
-    functions: list[Activation] = []
+    specs: list[ActivationSpec] = []
     for position, name in enumerate(names):
         entry = _ACTIVATIONS.get(name.lower())
         if entry is None:
-            raise ctx.error(f"unknown activation '{name}'; known: {sorted(_ACTIVATIONS)}")
-        fn, default_alpha, default_beta = entry
+            raise error(f"unknown activation '{name}'; known: {sorted(_ACTIVATIONS)}")
+        _, default_alpha, default_beta = entry
         alpha = next(alpha_iter, default_alpha) if default_alpha is not None else None
         beta = next(beta_iter, default_beta) if default_beta is not None else None
-        gate = position % per_direction < 2
-        functions.append(_bind(fn, alpha, beta, clip if gate else None))
-    return [functions[d * per_direction:(d + 1) * per_direction]
-            for d in range(num_directions)]
+        specs.append(ActivationSpec(name.lower(), alpha, beta,
+                                    clipped=position % per_direction < 2))
+    return [specs[d * per_direction:(d + 1) * per_direction] for d in range(num_directions)]
+
+
+def _activations(ctx: RefContext, names: list[str] | None, defaults: tuple[str, ...],
+                 alphas: list[float] | None, betas: list[float] | None,
+                 num_directions: int, clip: float | None) -> list[list[Activation]]:
+    """Per direction, the activation functions of the cell (see :func:`activation_specs`)."""
+    specs = activation_specs(ctx.error, names, defaults, alphas, betas, num_directions)
+    return [[_bind(_ACTIVATIONS[spec.name][0], spec.alpha, spec.beta,
+                   clip if spec.clipped else None) for spec in direction]
+            for direction in specs]
 
 
 def _bind(fn: Callable[..., np.ndarray], alpha: float | None, beta: float | None,
@@ -110,7 +134,7 @@ Cell = Callable[[np.ndarray, list[np.ndarray], _Weights], list[np.ndarray]]
 
 
 @dataclass(frozen=True)
-class _CellKind:
+class CellKind:
     """What the driver needs to know of a cell type besides its step function."""
 
     gates: int  # gate blocks stacked in W, R and each half of B
@@ -118,9 +142,12 @@ class _CellKind:
     activations: tuple[str, ...]  # the default activation of each gate function
 
 
-_RNN = _CellKind(gates=1, states=1, activations=("Tanh",))
-_GRU = _CellKind(gates=3, states=1, activations=("Sigmoid", "Tanh"))
-_LSTM = _CellKind(gates=4, states=2, activations=("Sigmoid", "Tanh", "Tanh"))
+_RNN = CellKind(gates=1, states=1, activations=("Tanh",))
+_GRU = CellKind(gates=3, states=1, activations=("Sigmoid", "Tanh"))
+_LSTM = CellKind(gates=4, states=2, activations=("Sigmoid", "Tanh", "Tanh"))
+
+# op -> its cell kind (ember.passes.unroll_recurrent writes the cells out as graph nodes)
+CELL_KINDS = {"RNN": _RNN, "GRU": _GRU, "LSTM": _LSTM}
 
 _DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
 
@@ -135,7 +162,7 @@ def _compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.promote_types(dtype, np.float32)
 
 
-def _run_recurrent(ctx: RefContext, kind: _CellKind, cell: Cell, x: np.ndarray, w: np.ndarray,
+def _run_recurrent(ctx: RefContext, kind: CellKind, cell: Cell, x: np.ndarray, w: np.ndarray,
                    r: np.ndarray, b: np.ndarray | None, sequence_lens: np.ndarray | None,
                    initial: list[np.ndarray | None], p: np.ndarray | None,
                    attrs: dict) -> tuple[np.ndarray, ...]:
@@ -217,7 +244,7 @@ def _check_weights(ctx: RefContext, w: np.ndarray, r: np.ndarray, b: np.ndarray 
 # ----------------------------------------------------------------------------- inference
 
 
-def _recurrent_infer(kind: _CellKind):
+def _recurrent_infer(kind: CellKind):
     """infer: Y [seq, dirs, batch, hidden] and the final states [dirs, batch, hidden]
     (batch-major with layout=1)."""
 

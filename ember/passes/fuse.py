@@ -21,6 +21,11 @@ When fusing does not pay, it is not done:
   anchors start their own group and take epilogues only, of their own output shape;
 * a Pad is not a prologue of a pool either (a window reads each element several times, and
   the padding was made explicit so that the pool needs no bounds tests);
+* a Concat of more than two pieces takes no computing producer (anything but injective
+  nodes) as a chain or a prologue: it selects its piece per element, and a vector select
+  evaluates every side, so an inlined producer would be computed over the whole output
+  (the last step of an unrolled LSTM, fused into the Concat of its 32 steps' states, took
+  110 us instead of 1);
 * a value with several readers is not fused into any one of them by the epilogue rule (the
   value must be written for the others anyway); a group that feeds several groups stays a
   kernel of its own;
@@ -150,7 +155,8 @@ class _Fusion:
                     continue
             elif kind not in _CHAIN_KINDS + (PatternKind.REDUCTION,):
                 continue
-            elif _pads_a_pool(group.nodes, [node]):
+            elif _pads_a_pool(group.nodes, [node]) or \
+                    _computes_into_concat(group.nodes, [node], self.kinds):
                 continue
             if self._would_cycle(group, [node]):
                 continue
@@ -184,7 +190,8 @@ class _Fusion:
             return False
         if len(producer.nodes) + len(consumer.nodes) > MAX_GROUP_NODES:
             return False
-        if _pads_a_pool(producer.nodes, consumer.nodes):
+        if _pads_a_pool(producer.nodes, consumer.nodes) or \
+                _computes_into_concat(producer.nodes, consumer.nodes, self.kinds):
             return False
         for name in self._outputs_of(producer):
             outside = [r for r in self._readers_of(name) if self.group_of[id(r)] is not producer]
@@ -329,6 +336,18 @@ def _describe(graph: Graph, nodes: list[Node], readers: dict[str, list[Node]],
         if ranked and kinds[id(ranked[0])] in (PatternKind.ANCHOR, PatternKind.REDUCTION):
             master = ranked[0].name
     return FusedGroup(list(nodes), inputs, outputs, master)
+
+
+# Pieces of a Concat from which computing producers stay out of it (see the module docstring).
+CONCAT_PIECES_FOR_PRODUCERS = 2
+
+
+def _computes_into_concat(producers: list[Node], consumers: list[Node],
+                          kinds: dict[int, PatternKind]) -> bool:
+    """Whether fusing would inline a computing producer into a Concat of many pieces."""
+    return any(n.op == "Concat" and len([i for i in n.inputs if i]) >
+               CONCAT_PIECES_FOR_PRODUCERS for n in consumers) and \
+        any(kinds[id(n)] is not PatternKind.INJECTIVE for n in producers)
 
 
 def _pads_a_pool(producers: list[Node], consumers: list[Node]) -> bool:

@@ -37,6 +37,7 @@ from ember.passes.recognize_softmax import recognize_softmax
 from ember.passes.recognize_swish import recognize_swish
 from ember.passes.simplify import simplify
 from ember.passes.split_wide_variadic import split_wide_variadics
+from ember.passes.unroll_recurrent import unroll_recurrent
 
 # ---------------------------------------------------------------------- the passes
 
@@ -49,6 +50,7 @@ DCE = graph_pass(eliminate_dead_code)
 SPLIT_WIDE_VARIADICS = graph_pass(split_wide_variadics)
 FOLD_BATCHNORM = graph_pass(fold_batchnorm)
 LOWER_CONV_TRANSPOSE = graph_pass(lower_conv_transpose)
+UNROLL_RECURRENT = graph_pass(unroll_recurrent)
 FOLD_SCALE_BIAS = graph_pass(fold_scale_bias)
 RECOGNIZE_SOFTMAX = graph_pass(recognize_softmax)
 RECOGNIZE_LAYER_NORM = graph_pass(recognize_layer_norm)
@@ -91,6 +93,9 @@ CLEANUP = (
     # ConvTranspose -> stride-1 Conv(s) + pixel interleave; after folding, which may be what
     # makes its weights constant, and before the steps that tidy up what it adds
     LOWER_CONV_TRANSPOSE,
+    # RNN/GRU/LSTM -> their time steps as nodes (one batched input projection, a small GEMM
+    # and a fused gate kernel per step) instead of the host reference
+    UNROLL_RECURRENT,
     SIMPLIFY,                # no-op Reshape/Transpose/Cast/..., x*1, transpose pairs
     CSE,                     # one copy of each value (and of each constant)
     DCE,                     # what nothing reads any more

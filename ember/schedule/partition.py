@@ -15,6 +15,14 @@ other variables -- and in the middle copy replaces the decided comparisons by co
 the clamps by their operand.  The middle loop is then a plain affine loop nest that vectorizes;
 the two border loops keep the guarded body.  TVM's ``LoopPartition`` does the same.
 
+A concatenation tests instead which piece each element belongs to, a balanced tree of
+``select(i < start_k, ..)`` on the position along its axis, each piece's load masked to its
+range; every element then evaluated every piece's load.  When a loop's comparisons each flip
+at one value of its variable whatever the other variables are, and no single middle range
+decides them all, the loop is split at every such value instead (up to ``MAX_PIECES``
+parts): each part decides every test, keeps only its piece's load, and copies as a plain
+loop.
+
 Only serial and vectorized loops with constant bounds are split (a parallel loop would fork
 three times).  Every rewrite is exact: a comparison is replaced only when interval arithmetic
 proves its value over the whole middle range.
@@ -37,6 +45,10 @@ Interval = tuple[int, int]  # inclusive
 
 # A loop is split only when its middle part keeps at least this many iterations.
 MIN_MIDDLE = 4
+# A loop is split at its tests' breakpoints (a concatenation's pieces) into at most this many
+# parts, holding at most this many loops in all.
+MAX_PIECES = 64
+MAX_PIECE_LOOPS = 256
 # ... and when its body holds at most this many loops: every split triples the body, so a
 # kernel guarded along many axes (a Pad of every axis of a 5-D tensor) would grow as 3^axes.
 MAX_BODY_LOOPS = 32
@@ -73,7 +85,7 @@ def _split(loop: For, ranges: dict[Var, Interval], taken: set[str]) -> Stmt | No
             return None
         low, high = max(low, decided[0]), min(high, decided[1])
     if high - low + 1 < MIN_MIDDLE:
-        return None
+        return _split_in_pieces(loop, guards, ranges, taken)
     inner = dict(ranges)
     inner[loop.var] = (low, high)
     middle_body = _fold(loop.body, inner)
@@ -87,6 +99,57 @@ def _split(loop: For, ranges: dict[Var, Interval], taken: set[str]) -> Stmt | No
     if high + 1 < end:
         parts.append(_copy(loop, high + 1, end, "hi", taken, ranges))
     return Seq(tuple(parts)) if len(parts) > 1 else parts[0]
+
+
+def _split_in_pieces(loop: For, guards: list[Binary], ranges: dict[Var, Interval],
+                     taken: set[str]) -> Stmt | None:
+    """``loop`` split at the values where its comparisons flip, when each comparison flips
+    at one value whatever the other variables are (a concatenation's piece tests) and every
+    part then decides them all; else None."""
+    start, end = as_size(loop.start.value), as_size(loop.start.value) + as_size(loop.extent.value)
+    cuts = set()
+    for guard in guards:
+        if guard.op not in ("lt", "le", "gt", "ge"):
+            return None
+        cut = _flip_point(guard, loop.var, ranges)
+        if cut is None:
+            return None
+        if start < cut < end:
+            cuts.add(cut)
+    bounds = [start, *sorted(cuts), end]
+    body_loops = 1 + sum(isinstance(n, For) for n in walk(loop.body))
+    if len(bounds) < 3 or len(bounds) - 1 > MAX_PIECES or \
+            (len(bounds) - 1) * body_loops > MAX_PIECE_LOOPS:
+        return None
+    parts: list[Stmt] = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        inner = dict(ranges)
+        inner[loop.var] = (lo, hi - 1)
+        body = _fold(loop.body, inner)
+        if any(expr_uses(g, loop.var) for g in _guards(body) if g.op in ("lt", "le", "gt", "ge")):
+            return None  # a test this part does not decide
+        piece = _copy(loop, lo, hi, "p", taken, ranges)
+        parts.append(replace(piece, body=_fold(piece.body, {**ranges, piece.var: (lo, hi - 1)})))
+    return Seq(tuple(parts))
+
+
+def _flip_point(guard: Binary, var: Var, ranges: dict[Var, Interval]) -> int | None:
+    """The first value of ``var`` from which ``guard`` (a comparison) has its other value,
+    when that does not depend on the other variables; else None."""
+    coefficient, rest = split_affine(Binary("sub", guard.a, guard.b), var)
+    if coefficient is None or coefficient == 0:
+        return None
+    others = interval(rest, {v: r for v, r in ranges.items() if v != var})
+    if others is None or others[0] != others[1]:
+        return None
+    # guard: coefficient * var + rest  (op)  0, with rest the constant others[0]
+    offset = others[0]
+    threshold = {"lt": 0, "le": 1, "gt": 1, "ge": 0}[guard.op]
+    # the comparison is "coefficient * var + offset < threshold" (lt/le) or ">= threshold"
+    # (gt/ge): either way it flips where coefficient * var + offset reaches threshold
+    if coefficient > 0:
+        return _ceil_div(threshold - offset, coefficient)
+    return (threshold - offset) // coefficient + 1
 
 
 def _copy(loop: For, start: int, end: int, suffix: str, taken: set[str],

@@ -8,8 +8,10 @@ order, each a step of one :class:`~ember.schedule.primitives.Schedule`:
 2. ``fuse_row_nests``    consecutive nests over the same rows as one loop over the rows
 3. ``schedule_nests``    parallel, vectorized and register-tiled loop nests
 4. ``rfactor_reductions`` row reductions into vectors of partial accumulators
-5. ``partition_guarded_loops`` border tests of padded windows out of the inner loops
-6. ``simplify_indices``  divisions that loop bounds make exact removed
+5. ``simplify_indices``  divisions of indices and of compared positions that loop bounds
+   make exact removed
+6. ``partition_guarded_loops`` border tests of padded windows, and the piece tests of a
+   concatenation, out of the inner loops
 7. ``hoist_invariant_loads`` loads a vectorized loop does not move read once before it
 8. ``hoist_invariant_divisions`` the remaining divisions computed before their loops
 
@@ -136,10 +138,11 @@ LOOP_STAGES: tuple[LoopStage, ...] = (
               "parallel, vectorized and register-tiled loop nests"),
     LoopStage("rfactor_reductions", _rfactor_reductions,
               "row reductions accumulated in vectors of partials"),
-    LoopStage("partition_guarded_loops", _partition_guarded_loops,
-              "border tests of padded windows out of the inner loops"),
     LoopStage("simplify_indices", _simplify_indices,
-              "divisions of indices that loop bounds make exact removed"),
+              "divisions of indices and positions that loop bounds make exact removed"),
+    LoopStage("partition_guarded_loops", _partition_guarded_loops,
+              "border tests of padded windows and piece tests of concatenations out of "
+              "the inner loops"),
     LoopStage("hoist_invariant_loads", _hoist_invariant_loads,
               "loads a vectorized loop does not move read once before it"),
     LoopStage("hoist_invariant_divisions", _hoist_invariant_divisions,

@@ -19,7 +19,11 @@ between two Reshapes, ran at 0.3 GFLOP/s for that reason alone).
   provably non-negative);
 * ``(x // c) * c * k + (x % c) * k`` becomes ``x * k``.
 
-Only buffer indices are rewritten: they are int64 values that address memory, so bounded by the
+The operands of comparisons of positions (int64 arithmetic of loop variables only, as a
+Concat tests which piece an element is in, through a fused Reshape's flat index) are
+simplified the same way, so that loop partitioning can decide them.
+
+Only buffer indices (and such positions) are rewritten: they are int64 values that address memory, so bounded by the
 buffer's size, and the rewrite is exact integer arithmetic on them.  Values computed in int64
 (a model's own integer arithmetic, with its wrapping semantics) are left alone.  An index that
 nothing simplifies is returned as the very same object.
@@ -35,7 +39,7 @@ from ember.core.traced import (as_size, constant_factor, exact_quotient, is_trac
                                may_be_nonzero, plain)
 from ember.core.dtypes import DType
 from ember.ir.loop.expr import Binary, Const, Expr, Load, Var
-from ember.ir.loop.functor import rewrite
+from ember.ir.loop.functor import rewrite, walk
 from ember.ir.loop.simplify import simplify
 from ember.ir.loop.stmt import (Allocate, Evaluate, For, IfThenElse, LetStmt, PrimFunc, Seq,
                                 Stmt, Store)
@@ -120,14 +124,29 @@ def _stmt(stmt: Stmt, ranges: dict[Var, Interval]) -> Stmt:
 
 
 def _exprs(expr: Expr, ranges: Ranges) -> Expr:
-    """``expr`` with the index of every scalar Load in it simplified."""
+    """``expr`` with the index of every scalar Load in it simplified, and the operands of its
+    comparisons of positions (a Concat's piece tests, a Pad's border tests: int64 arithmetic
+    of loop variables and constants only, no loaded value)."""
     def visit(node):
         if isinstance(node, Load) and node.index.lanes == 1:
             index = simplify_index(node.index, ranges)
             return None if index is node.index else replace(node, index=index)
+        if isinstance(node, Binary) and node.op in _COMPARISONS and _is_position(node.a) and \
+                _is_position(node.b):
+            a, b = simplify_index(node.a, ranges), simplify_index(node.b, ranges)
+            return None if a is node.a and b is node.b else replace(node, a=a, b=b)
         return None
 
     return rewrite(expr, visit)
+
+
+_COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+def _is_position(expr: Expr) -> bool:
+    """An int64 expression of loop variables and constants: a position, which lowering
+    computed, not a value of the model (those come from loads)."""
+    return _is_index(expr) and not any(isinstance(n, Load) for n in walk(expr))
 
 
 def _is_index(expr: Expr) -> bool:
