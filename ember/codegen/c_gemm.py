@@ -574,7 +574,7 @@ def _emit_folded_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, 
     i0, j0, rows, cols = (names[key] for key in ("i0", "j0", "rows", "cols"))
     r, c0, e, jj, length, at = (fresh(n) for n in ("r", "c0", "e", "jj", "length", "from"))
     line(depth, f"for (long {r} = 0; {r} < {rows}; ++{r}) {{")
-    line(depth + 1, f"for (long {c0} = 0; {c0} < {cols}; {c0} += 0) {{")
+    line(depth + 1, f"for (long {c0} = 0; {c0} < {cols};) {{  /* a run per batch element */")
     inner = depth + 2
     line(inner, f"const long {e} = ({j0} + {c0}) / {s.n}, {jj} = ({j0} + {c0}) % {s.n};")
     line(inner, f"const long {length} = {s.n} - {jj} < {cols} - {c0} ? {s.n} - {jj} : "

@@ -150,9 +150,9 @@ def test_opt_levels_apply_their_passes_and_agree(opt_level):
     else:
         assert ops[:2] == ["Conv", "BatchNormalization"] and "Pad" not in ops
         assert passes == ([] if opt_level == 0 else
-                          ["fold_constants", "lower_conv_transpose", "simplify",
-                           "eliminate_common_subexpressions", "eliminate_dead_code",
-                           "split_wide_variadics", "fuse"])
+                          ["fold_constants", "lower_conv_transpose", "unroll_recurrent",
+                           "simplify", "eliminate_common_subexpressions",
+                           "eliminate_dead_code", "split_wide_variadics", "fuse"])
 
 
 def test_workspace_reuses_memory_along_a_chain():

@@ -126,7 +126,8 @@ def _format_gemm(s: Gemm, indent: str) -> str:
         f"{s.a.name}[{_strip(format_expr(s.a_base))} + i*{s.a_rs} + k*{s.a_cs}]"
     knobs = s.knobs
     return (f"{indent}gemm{batch} {s.m}x{s.n}x{s.k} "
-            f"(tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks {knobs.mc}x{knobs.nc}) {{\n"
+            f"(tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks {knobs.mc}x{knobs.nc}"
+            f"{', batch folded into the columns' if knobs.fold_batch else ''}) {{\n"
             f"{indent}  {s.result.name} = sum_k {a_read} * {b_read}\n"
             f"{indent}  {s.out.name}[{_strip(format_expr(s.out_base))} + i*{s.out_rs} + j] = "
             f"{finish}   (i = {s.row.name}, j = {s.col.name})\n{indent}}}")
