@@ -141,7 +141,7 @@ def test_every_loop_stage_is_timed_and_can_show_its_ir():
     assert [s.name for s in stages] == ["lower"] + [stage.name for stage in LOOP_STAGES]
     assert [stage.name for stage in LOOP_STAGES] == [
         "gemm_template", "fuse_row_nests", "schedule_nests", "rfactor_reductions",
-        "partition_guarded_loops", "simplify_indices", "hoist_invariant_loads",
+        "simplify_indices", "partition_guarded_loops", "hoist_invariant_loads",
         "hoist_invariant_divisions"]
     assert all(s.seconds >= 0 and s.ir.startswith("func conv(") for s in stages)
     nests = next(s for s in stages if s.name == "schedule_nests")
