@@ -139,6 +139,9 @@ class GemmShape:
     gathered: bool
     # whether the batch may be folded into the columns (GemmKnobs.fold_batch)
     foldable: bool = False
+    # whether B is a run-time matrix with contiguous rows, which may be read in place
+    # (GemmKnobs.b_in_place)
+    b_rows_contiguous: bool = False
 
     def folded(self) -> "GemmShape":
         """The shape the template runs with the batch folded into the columns."""
@@ -341,9 +344,10 @@ def _choose_and_pack(gemm: Gemm, stmts: list[Stmt], position: int, consumed: int
     gathered = len(gemm.b_k_dims) > 1 or len(gemm.b_j_dims) > 1
     products = math.prod(e for _, e in gemm.batch)
     batch = 1 if gemm.b_moves_with_batch else products
+    contiguous = not b_prepacked and gemm.b_is_matrix and gemm.b_j_dims[0][1] == 1
     knobs = chooser.knobs(index, GemmShape(gemm.m, gemm.n, gemm.k, batch, products,
                                            b_prepacked, gathered,
-                                           _foldable(gemm, b_prepacked)))
+                                           _foldable(gemm, b_prepacked), contiguous))
     if knobs is None:
         return None
     gemm = replace(gemm, knobs=knobs)
@@ -373,7 +377,8 @@ def _choose_and_pack(gemm: Gemm, stmts: list[Stmt], position: int, consumed: int
         # B with contiguous rows is read in place but for its partial last panel; any
         # other B is gathered into panels (per batch element when it moves with them, or
         # all elements' columns as one matrix when the batch is folded)
-        direct = gemm.b_is_matrix and gemm.b_j_dims[0][1] == 1 and not knobs.fold_batch
+        direct = gemm.b_is_matrix and gemm.b_j_dims[0][1] == 1 and \
+            not knobs.fold_batch and knobs.b_in_place
         panels = (1 if may_be_nonzero(gemm.n % knobs.nr) else 0) if direct \
             else _panels(gemm)
         if panels:

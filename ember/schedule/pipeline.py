@@ -249,8 +249,11 @@ class _ConfigGemmChooser(GemmChooser):
                  "columns of a task (a multiple of the tile's columns)")
         pack_a = ask(f"{name}.pack_a", proposed.pack_a, [False, True],
                      "each task copies its block of A into row strips first")
+        in_place = not fold and shape.b_rows_contiguous and ask(
+            f"{name}.b_in_place", proposed.b_in_place, [False, True],
+            "read B's full panels where B is (its rows are contiguous) instead of packing")
         return GemmKnobs(mr, nr, kc, mc, nc, self.target.lanes_for(DType.FLOAT32), pack_a,
-                         fold_batch=fold)
+                         fold_batch=fold, b_in_place=in_place)
 
     def finish(self, index: int, gemm: Gemm, pack_in_task_legal: bool) -> GemmKnobs:
         ask, name = self.decisions.choose, f"gemm{index}"

@@ -314,6 +314,20 @@ def test_grouped_convolutions_take_the_template_per_group(channels, out_channels
     assert math.prod(extent for _, extent in gemm.batch) == batch * groups
 
 
+@pytest.mark.parametrize("in_place", [True, False])
+def test_a_run_time_b_is_read_in_place_or_packed_as_the_config_says(in_place):
+    """A run-time B with contiguous rows is read where it is (only a partial last panel is
+    copied) or packed into panels, as knob ``b_in_place`` says; both give the product."""
+    a, b = _randn(20, 48), _randn(48, 70)
+    model = _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                   [("a", list(a.shape)), ("b", list(b.shape))], {})
+    _, gemm = _check_with(model, {"a": a, "b": b}, a.astype(np.float64) @ b,
+                          {"gemm0.b_in_place": in_place})
+    assert gemm.b_direct == in_place
+    panels = -(-70 // gemm.knobs.nr)
+    assert gemm.pack.shape[1] == (1 if in_place else panels)
+
+
 def test_products_that_are_not_gemms_keep_their_loops():
     # a depthwise convolution pairs each output channel with one input channel: no shared
     # reduction, so no matrix product

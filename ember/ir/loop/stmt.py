@@ -103,7 +103,8 @@ class GemmKnobs:
     (``parallel``), and whether the batch elements are folded into the columns
     (``fold_batch``: one product of ``batch * n`` columns, A streamed once for the whole
     batch; legal where A does not move with the batch and B does, as a convolution's
-    weights and its input)."""
+    weights and its input), and whether a run-time B whose rows are contiguous is read in
+    place (``b_in_place``) rather than packed into panels."""
 
     mr: int
     nr: int
@@ -115,11 +116,13 @@ class GemmKnobs:
     pack_in_task: bool = False
     parallel: bool = True
     fold_batch: bool = False
+    b_in_place: bool = True
 
     def to_dict(self) -> dict[str, int | bool]:
         return {"mr": self.mr, "nr": self.nr, "kc": self.kc, "mc": self.mc, "nc": self.nc,
                 "lanes": self.lanes, "pack_a": self.pack_a, "pack_in_task": self.pack_in_task,
-                "parallel": self.parallel, "fold_batch": self.fold_batch}
+                "parallel": self.parallel, "fold_batch": self.fold_batch,
+                "b_in_place": self.b_in_place}
 
 
 @dataclass(frozen=True)
