@@ -44,6 +44,21 @@ CASES = {
     "dwconv3x3_s2_96_112": ("Conv", [1, 96, 112, 112],
                             {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 96,
                              "strides": [2, 2]}, [(96, 1, 3, 3), (96,)]),
+    # grouped convolutions (ResNeXt, RegNet): a product per group on the GEMM template
+    "grouped_conv3x3_256_g16_14": ("Conv", [1, 256, 14, 14],
+                                   {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 16},
+                                   [(256, 16, 3, 3), (256,)]),
+    "grouped_conv3x3_128_g8_28": ("Conv", [1, 128, 28, 28],
+                                  {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 8},
+                                  [(128, 16, 3, 3), (128,)]),
+    # recurrent layers, written out over their time steps (passes/unroll_recurrent.py)
+    "lstm_t32_h128": ("LSTM", [32, 1, 64], {"hidden_size": 128},
+                      [(1, 512, 64), (1, 512, 128), (1, 1024)]),
+    "gru_t32_h128": ("GRU", [32, 1, 64], {"hidden_size": 128},
+                     [(1, 384, 64), (1, 384, 128), (1, 768)]),
+    "lstm_bidir_t16_b8": ("LSTM", [16, 8, 64], {"hidden_size": 96,
+                                                "direction": "bidirectional"},
+                          [(2, 384, 64), (2, 384, 96), (2, 768)]),
 }
 
 CHILD = r"""

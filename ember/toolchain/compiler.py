@@ -28,6 +28,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -322,6 +323,27 @@ def _nowhere_to_write(cache: CompileCache | None, error: OSError, again: OSError
                                   "compile cache, TMPDIR the temporary directory"))
 
 
+def _run_in_own_group(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run(command)`` with the output captured, in a process group of its own
+    that is killed whole on timeout: ``cc`` is a driver, and killing it alone (what
+    ``subprocess.run`` does) left its ``cc1`` compiling for as long as it liked, holding a
+    core and gigabytes of memory after ember had given up on it."""
+    if os.name != "posix":
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except OSError:
+                process.kill()
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
 def run_compiler(compiler: Compiler, flags: Sequence[str], inputs: Sequence[Path], out: Path,
                  libraries: Sequence[str] = ("-lm",)) -> None:
     """Run ``compiler`` on ``inputs`` (C sources or objects) to write ``out``; a failure
@@ -329,7 +351,7 @@ def run_compiler(compiler: Compiler, flags: Sequence[str], inputs: Sequence[Path
     src = inputs[0]
     command = [*compiler.argv, *flags, "-o", str(out), *map(str, inputs), *libraries]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S)
+        result = _run_in_own_group(command, _TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise ToolchainError(f"the C compiler took longer than {_TIMEOUT_S} s",
                              source_path=src, command=command) from None

@@ -237,3 +237,47 @@ def test_portable_targets_run_on_this_host(name, cache):
     source = generate_c(CModule([case.func], target, exports=["vector_tail"]))
     run_case(ctypes.CDLL(str(compile_shared(source, target, cache=cache))), case)
 
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX")
+def test_a_compiler_past_its_time_is_killed_with_its_children(tmp_path, monkeypatch):
+    """``cc`` is a driver that runs ``cc1``: on timeout the whole process group is killed,
+    not the driver alone (which left a runaway ``cc1`` holding a core)."""
+    import os
+    import time
+
+    import ember.toolchain.compiler as compiler_module
+
+    marker = tmp_path / "child.pid"
+    fake = tmp_path / "fake-cc"
+    fake.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        sleep 300 &
+        echo $! > {marker}
+        wait
+        """))
+    fake.chmod(0o755)
+    monkeypatch.setattr(compiler_module, "_TIMEOUT_S", 1)
+    fake_compiler = compiler_module.Compiler(argv=(str(fake),), family="gcc", identity="fake")
+    with pytest.raises(ToolchainError, match="took longer than 1 s"):
+        compiler_module.run_compiler(fake_compiler, [], [tmp_path / "a.c"], tmp_path / "a.o")
+    child = int(marker.read_text())
+
+    def alive() -> bool:
+        # (a killed process is a zombie until whoever adopted it reaps it: that is dead)
+        try:
+            os.kill(child, 0)
+            with open(f"/proc/{child}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (ProcessLookupError, FileNotFoundError):
+            return False
+        except OSError:
+            return True
+
+    for _ in range(50):  # the kill is asynchronous: give it a moment
+        if not alive():
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, 9)
+        pytest.fail("the compiler's child process outlived the timeout")
