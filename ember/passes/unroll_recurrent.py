@@ -175,18 +175,21 @@ class _Unroller:
         rows = self.emit("Reshape", [x, self.const(np.array([steps * batch, self.input_size],
                                                             np.int64), "rows_shape")],
                          "x_rows")
-        ys, finals = [], []
+        per_direction, finals = [], []
         for d in range(self.num_dir):
             reverse = self.direction == "reverse" or d == 1
             states = [self._initial_state(k, d) for k in range(self.kind.states)]
             step_outputs, states = self._direction(rows, d, states, reverse)
-            hs = [step_outputs[t] for t in range(steps)]  # time order
-            joined = self.emit("Concat", hs, f"y{d}_rows", {"axis": 0}) if steps > 1 else hs[0]
-            ys.append(self.emit("Reshape", [joined, self.const(
-                np.array([steps, 1, batch, hidden], np.int64), "y_shape")], f"y{d}"))
+            per_direction.append(step_outputs)
             finals.append(states)
+        # Y [seq, dirs, batch, hidden] is the steps' states in (time, direction) order: one
+        # Concat of [batch, hidden] pieces, which lowering partitions into plain copies
+        pieces = [per_direction[d][t] for t in range(steps) for d in range(self.num_dir)]
+        joined = self.emit("Concat", pieces, "y_rows", {"axis": 0}) if len(pieces) > 1 \
+            else pieces[0]
+        y = self.emit("Reshape", [joined, self.const(
+            np.array([steps, self.num_dir, batch, hidden], np.int64), "y_shape")], "y")
         outputs = list(node.outputs) + [""] * (3 - len(node.outputs))
-        y = ys[0] if self.num_dir == 1 else self.emit("Concat", ys, "y", {"axis": 1})
         results = {0: y}
         for k in range(self.kind.states):
             per_dir = [self.emit("Unsqueeze", [finals[d][k], self.const(

@@ -49,6 +49,8 @@ MIN_MIDDLE = 4
 # parts, holding at most this many loops in all.
 MAX_PIECES = 64
 MAX_PIECE_LOOPS = 256
+# ... and, with the parts' inner loops split in turn, at most this many loops in all.
+MAX_SPLIT_LOOPS = 1024
 # ... and when its body holds at most this many loops: every split triples the body, so a
 # kernel guarded along many axes (a Pad of every axis of a 5-D tensor) would grow as 3^axes.
 MAX_BODY_LOOPS = 32
@@ -103,18 +105,17 @@ def _split(loop: For, ranges: dict[Var, Interval], taken: set[str]) -> Stmt | No
 
 def _split_in_pieces(loop: For, guards: list[Binary], ranges: dict[Var, Interval],
                      taken: set[str]) -> Stmt | None:
-    """``loop`` split at the values where its comparisons flip, when each comparison flips
-    at one value whatever the other variables are (a concatenation's piece tests) and every
-    part then decides them all; else None."""
+    """``loop`` split at the values where those of its comparisons flip that flip at one
+    value whatever the other variables are (a concatenation's piece tests), each part's body
+    folded and partitioned again (an inner loop's tests may be decided once this loop's part
+    is known: a Concat of Concats); None when no comparison flips so."""
     start, end = as_size(loop.start.value), as_size(loop.start.value) + as_size(loop.extent.value)
     cuts = set()
     for guard in guards:
         if guard.op not in ("lt", "le", "gt", "ge"):
-            return None
+            continue
         cut = _flip_point(guard, loop.var, ranges)
-        if cut is None:
-            return None
-        if start < cut < end:
+        if cut is not None and start < cut < end:
             cuts.add(cut)
     bounds = [start, *sorted(cuts), end]
     body_loops = 1 + sum(isinstance(n, For) for n in walk(loop.body))
@@ -123,33 +124,31 @@ def _split_in_pieces(loop: For, guards: list[Binary], ranges: dict[Var, Interval
         return None
     parts: list[Stmt] = []
     for lo, hi in zip(bounds, bounds[1:]):
-        inner = dict(ranges)
-        inner[loop.var] = (lo, hi - 1)
-        body = _fold(loop.body, inner)
-        if any(expr_uses(g, loop.var) for g in _guards(body) if g.op in ("lt", "le", "gt", "ge")):
-            return None  # a test this part does not decide
         piece = _copy(loop, lo, hi, "p", taken, ranges)
-        parts.append(replace(piece, body=_fold(piece.body, {**ranges, piece.var: (lo, hi - 1)})))
+        inner = {**ranges, piece.var: (lo, hi - 1)}
+        body = _partition(_fold(piece.body, inner), inner, taken)
+        parts.append(replace(piece, body=body))
+    if sum(isinstance(n, For) for part in parts for n in walk(part)) > MAX_SPLIT_LOOPS:
+        return None
     return Seq(tuple(parts))
 
 
 def _flip_point(guard: Binary, var: Var, ranges: dict[Var, Interval]) -> int | None:
-    """The first value of ``var`` from which ``guard`` (a comparison) has its other value,
-    when that does not depend on the other variables; else None."""
-    coefficient, rest = split_affine(Binary("sub", guard.a, guard.b), var)
-    if coefficient is None or coefficient == 0:
+    """The value of ``var`` from which ``guard`` (a comparison) has its other value whatever
+    the other variables are -- it is decided on both sides of it, with no value in between
+    where it depends on them -- else None."""
+    negated = Binary(_NEGATION[guard.op], guard.a, guard.b)
+    true, false = _decided_range(guard, var, ranges), _decided_range(negated, var, ranges)
+    if true is None or false is None:
         return None
-    others = interval(rest, {v: r for v, r in ranges.items() if v != var})
-    if others is None or others[0] != others[1]:
-        return None
-    # guard: coefficient * var + rest  (op)  0, with rest the constant others[0]
-    offset = others[0]
-    threshold = {"lt": 0, "le": 1, "gt": 1, "ge": 0}[guard.op]
-    # the comparison is "coefficient * var + offset < threshold" (lt/le) or ">= threshold"
-    # (gt/ge): either way it flips where coefficient * var + offset reaches threshold
-    if coefficient > 0:
-        return _ceil_div(threshold - offset, coefficient)
-    return (threshold - offset) // coefficient + 1
+    if true[1] + 1 == false[0]:   # true below, false from false[0] on
+        return false[0]
+    if false[1] + 1 == true[0]:   # false below, true from true[0] on
+        return true[0]
+    return None
+
+
+_NEGATION = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
 
 
 def _copy(loop: For, start: int, end: int, suffix: str, taken: set[str],
