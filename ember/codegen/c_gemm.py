@@ -60,28 +60,32 @@ def unaligned_vector_type(helpers: HelperSet, lanes: int) -> str:
         f"typedef float {name} __attribute__((vector_size({4 * lanes}), aligned(4)));"))
 
 
-def micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int) -> str:
+def micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int,
+                 indirect: bool = False) -> str:
     """The ``rows x (vectors * lanes)`` micro-kernel: ``c (+)= a[rows x kc] * b[kc x nr]``
     with ``b`` a panel of ``nr`` contiguous floats per reduction step, ``b_rs`` apart (``nr``
     when packed), and ``a`` read through its strides.  ``accumulate`` adds to the tile in
     ``c`` (a later reduction block) instead of starting from zero; only the first ``cols``
-    columns of ``c`` are read and written.  Inlined into its caller."""
+    columns of ``c`` are read and written.  Inlined into its caller.  The ``indirect`` form
+    reads row ``k`` of B at ``b + koff[k]`` (a panel read where it lies in the input, see
+    :func:`_emit_pack_panel`)."""
     vec = vector_type(helpers, lanes)
-    name = f"ember_gemm_f32_{rows}x{vectors * lanes}_v{lanes}"
+    name = f"ember_gemm_f32_{rows}x{vectors * lanes}_v{lanes}" + ("_ind" if indirect else "")
     return helpers.need(name, lambda: _micro_kernel_source(
         f"static inline __attribute__((always_inline)) void {name}", rows, vectors, lanes, vec,
-        packed_rows=None))
+        packed_rows=None, indirect=indirect))
 
 
 def packed_micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int,
-                        mr: int) -> str:
+                        mr: int, indirect: bool = False) -> str:
     """The micro-kernel over an A packed in strips of ``mr`` rows (``a[k * mr + r]``),
     defined in the shared unit of :func:`shared_gemm_unit` and declared here: kernels
     call it rather than each compiling its own copy, which made a GEMM unit half again as
     slow to compile.  A call per ``rows x nr x kc`` tile costs nothing beside it."""
     vector_type(helpers, lanes)
-    name = _packed_name(rows, vectors, lanes, mr)
-    helpers.need(name, lambda: f"EMBER_INTERNAL void {name}{_PACKED_PARAMS};")
+    name = _packed_name(rows, vectors, lanes, mr, indirect)
+    params = _INDIRECT_PARAMS if indirect else _PACKED_PARAMS
+    helpers.need(name, lambda: f"EMBER_INTERNAL void {name}{params};")
     return name
 
 
@@ -91,35 +95,44 @@ def shared_gemm_unit(prelude: str, vectors: int, lanes: int, mr: int) -> str:
     helpers = HelperSet()
     vec = vector_type(helpers, lanes)
     parts = [prelude, helpers.source()]
-    for rows in range(1, mr + 1):
-        name = _packed_name(rows, vectors, lanes, mr)
-        parts.append(_micro_kernel_source(f"EMBER_INTERNAL void {name}", rows, vectors, lanes,
-                                          vec, packed_rows=mr))
+    for indirect in (False, True):
+        for rows in range(1, mr + 1):
+            name = _packed_name(rows, vectors, lanes, mr, indirect)
+            parts.append(_micro_kernel_source(f"EMBER_INTERNAL void {name}", rows, vectors,
+                                              lanes, vec, packed_rows=mr, indirect=indirect))
     return "\n\n".join(parts) + "\n"
 
 
 _PACKED_PARAMS = ("(long kc, const float *restrict a, const float *restrict b, long b_rs, "
                   "float *restrict c, long c_rs, int accumulate, long cols)")
+_INDIRECT_PARAMS = ("(long kc, const float *restrict a, const float *restrict b, "
+                    "const long *restrict koff, float *restrict c, long c_rs, int accumulate, "
+                    "long cols)")
 
 
-def _packed_name(rows: int, vectors: int, lanes: int, mr: int) -> str:
-    return f"ember_gemm_packed_f32_{rows}x{vectors * lanes}_s{mr}_v{lanes}"
+def _packed_name(rows: int, vectors: int, lanes: int, mr: int, indirect: bool = False) -> str:
+    return f"ember_gemm_packed_f32_{rows}x{vectors * lanes}_s{mr}_v{lanes}" + \
+        ("_ind" if indirect else "")
 
 
 def _micro_kernel_source(head: str, rows: int, vectors: int, lanes: int, vec: str,
-                         packed_rows: int | None) -> str:
+                         packed_rows: int | None, indirect: bool = False) -> str:
     """The C of a micro-kernel: ``a`` through its strides, or packed in strips of
-    ``packed_rows`` rows."""
+    ``packed_rows`` rows; B's row ``k`` at ``b + k * b_rs``, or (``indirect``) at
+    ``b + koff[k]``."""
     nr = vectors * lanes
     acc = [[f"c{r}_{v}" for v in range(vectors)] for r in range(rows)]
     every = [(r, v) for r in range(rows) for v in range(vectors)]
+    b_param = "const long *restrict koff" if indirect else "long b_rs"
+    b_row = "koff[k]" if indirect else "k * b_rs"
     if packed_rows is None:
         params = ["    long kc, const float *restrict a, long a_rs, long a_cs,",
-                  "    const float *restrict b, long b_rs, float *restrict c, long c_rs, "
+                  f"    const float *restrict b, {b_param}, float *restrict c, long c_rs, "
                   "int accumulate,", "    long cols) {"]
         a_element = "a[{r} * a_rs + k * a_cs]"
     else:
-        params = [_PACKED_PARAMS.strip("()").join(("    ", ") {"))]
+        signature = _INDIRECT_PARAMS if indirect else _PACKED_PARAMS
+        params = [signature.strip("()").join(("    ", ") {"))]
         a_element = f"a[k * {packed_rows} + {{r}}]"
     lines = [
         f"{head}(",
@@ -140,7 +153,7 @@ def _micro_kernel_source(head: str, rows: int, vectors: int, lanes: int, vec: st
         # unrolled by 4: measured 2-9 % faster on the zoo's GEMM shapes (AVX2, Zen)
         "  _Pragma(\"GCC unroll 4\")",
         "  for (long k = 0; k < kc; ++k) {",
-        *[f"    {vec} b{v}; __builtin_memcpy(&b{v}, b + k * b_rs + {v * lanes}, "
+        *[f"    {vec} b{v}; __builtin_memcpy(&b{v}, b + {b_row} + {v * lanes}, "
           f"sizeof({vec}));" for v in range(vectors)],
         *[line for r in range(rows) for line in (
             f"    const float a{r} = {a_element.format(r=r)};",
@@ -225,15 +238,20 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     # traced build may leave any count)
     most_rows = mr if is_traced(s.m) else min(mr, s.m)
 
-    def kernels_of(vectors: int) -> dict[int, str]:
+    def kernels_of(vectors: int, indirect: bool = False) -> dict[int, str]:
         if shared:
             em.ctx.shared_gemm_tiles.add((vectors, lanes, mr))
-            return {rows: packed_micro_kernel(em.ctx.helpers, rows, vectors, lanes, mr)
+            return {rows: packed_micro_kernel(em.ctx.helpers, rows, vectors, lanes, mr,
+                                              indirect)
                     for rows in range(1, most_rows + 1)}
-        return {rows: micro_kernel(em.ctx.helpers, rows, vectors, lanes)
+        return {rows: micro_kernel(em.ctx.helpers, rows, vectors, lanes, indirect)
                 for rows in range(1, most_rows + 1)}
 
     kernels = kernels_of(nr // lanes)
+    # Panels read where they lie in B (GemmKnobs.b_panels_in_place): the full panels that
+    # are one run of B's columns; the micro-kernel finds row k at koff[k] from the run.
+    in_place = pack_in_task and knobs.b_panels_in_place
+    direct_kernels = kernels_of(nr // lanes, indirect=True) if in_place else None
     # The last panel, when it holds few columns (a 7x7 image is 3 panels of 16 and one of
     # 1), is multiplied by a narrower micro-kernel: as many vectors as its columns need,
     # not NR's worth of multiply-adds on zero padding.
@@ -264,12 +282,17 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
             line(inner, f"const long {p_lo} = {tn} * {panels_per_task}, "
                         f"{p_hi} = {p_lo} + {panels_per_task} < {panels} ? "
                         f"{p_lo} + {panels_per_task} : {panels};")
+            koff, sources = fresh("koff"), fresh("panel_at")
+            if in_place:
+                offsets = ", ".join(str(o) for o in _walk_offsets(s.b_k_dims))
+                line(inner, f"static const long {koff}[{s.k}] = {{{offsets}}};")
+                line(inner, f"const float *{sources}[{panels_per_task}];")
             if pack_in_task:  # this task's panels of B, every k, into their place in the pack
                 packing = fresh("pp")
                 line(inner, f"for (long {packing} = {p_lo}; {packing} < {p_hi}; ++{packing}) {{")
                 names = tuple(fresh(n) for n in ("q", "kk", "j", "rest", "joff", "src", "dst"))
                 _emit_pack_panel(em, s, inner + 1, packing, bt if s.pack.shape[0] > 1 else "0", 0,
-                                 names)
+                                 names, f"{sources}[{packing} - {p_lo}]" if in_place else None)
                 line(inner, "}")
             pc, kc, p, i0, j0 = fresh("pc"), fresh("kc"), fresh("p"), fresh("i0"), fresh("j0")
             rows, cols, panel, tile = fresh("rows"), fresh("cols"), fresh("panel"), fresh("tile")
@@ -336,13 +359,24 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
             strides = "" if shared else f"{a_rs}, {a_cs}, "
             call = (f"({kc}, {a_tile}, {strides}{panel}, {b_row}, {tile}, {c_rs}, "
                     f"{pc} != 0, {cols});")
-            if narrow is None:
-                _emit_micro_call(em, body, kernels, rows, call)
-            else:
-                line(body, f"if ({p} < {panels - 1}) {{")
-                _emit_micro_call(em, body + 1, kernels, rows, call)
+            packed = body
+            if direct_kernels is not None:
+                at = f"{sources}[{p} - {p_lo}]"
+                line(body, f"if ({at}) {{  /* the panel where it lies in B */")
+                direct_call = (f"({kc}, {a_tile}, {strides}{at}, {koff} + {pc}, {tile}, {c_rs}, "
+                               f"{pc} != 0, {cols});")
+                _emit_micro_call(em, body + 1, direct_kernels, rows, direct_call)
                 line(body, "} else {")
-                _emit_micro_call(em, body + 1, narrow, rows, call)
+                packed = body + 1
+            if narrow is None:
+                _emit_micro_call(em, packed, kernels, rows, call)
+            else:
+                line(packed, f"if ({p} < {panels - 1}) {{")
+                _emit_micro_call(em, packed + 1, kernels, rows, call)
+                line(packed, "} else {")
+                _emit_micro_call(em, packed + 1, narrow, rows, call)
+                line(packed, "}")
+            if direct_kernels is not None:
                 line(body, "}")
             if knobs.fold_batch:
                 line(body, f"if ({pc} + {kc} == {s.k}) {{")
@@ -405,8 +439,19 @@ def _task_loop(em: "_KernelEmitter", depth: int, count: int, index: str,
     em.line(depth, "}")
 
 
+def _walk_offsets(dims: tuple[tuple[int, int], ...]) -> list[int]:
+    """The offsets of a walk of (extent, stride) dims, outer to inner, in order."""
+    offsets = [0]
+    for extent, stride in dims:
+        offsets = [o + i * stride for o in offsets for i in range(extent)]
+    return offsets
+
+
 def _emit_pack_panel(em: "_KernelEmitter", s: Gemm, inner: int, p: str, bt: str, first: int,
-                     names: tuple[str, ...]) -> None:
+                     names: tuple[str, ...], in_place_slot: str | None = None) -> None:
+    """Pack panel ``p`` of B (see :func:`_emit_pack`); with ``in_place_slot``, a panel that
+    is one run of consecutive columns of B is not copied: the slot gets its first column's
+    address (its rows are ``koff[k]`` from there) and the other panels get NULL."""
     fresh, line = em.names.fresh, em.line
     nr, count = s.knobs.nr, _panels(s) - first
     q, kk, j, rest, offsets, src, dst = names
@@ -437,8 +482,13 @@ def _emit_pack_panel(em: "_KernelEmitter", s: Gemm, inner: int, p: str, bt: str,
     line(inner, f"int {uniform} = {offsets}[0] >= 0;")
     line(inner, f"for (long {q} = 1; {q} < {nr}; ++{q}) "
                 f"{uniform} &= {offsets}[{q}] == {offsets}[0] + {q} * {step};")
+    if in_place_slot is not None:
+        line(inner, f"{in_place_slot} = NULL;")
     line(inner, f"if ({uniform}) {{")
-    _emit_pack_rows(em, s, inner + 1, (q, kk, offsets, src, dst), step)
+    if in_place_slot is not None and step == 1:
+        line(inner + 1, f"{in_place_slot} = {src} + {offsets}[0];")
+    else:
+        _emit_pack_rows(em, s, inner + 1, (q, kk, offsets, src, dst), step)
     line(inner, "} else {")
     # The other panels are runs of evenly spaced columns (a panel that spans the end of one
     # output row and the start of the next: two runs) and runs of padding; the runs are the

@@ -192,7 +192,8 @@ class GemmChooser:
         """The final knobs once B's packing is known: pack in the task wherever every panel
         belongs to one task; run the tasks in parallel when there is enough work."""
         return replace(gemm.knobs, pack_in_task=pack_in_task_legal,
-                       parallel=default_parallel(gemm))
+                       parallel=default_parallel(gemm),
+                       b_panels_in_place=pack_in_task_legal and panels_in_place_legal(gemm))
 
 
 class ReplayChooser(GemmChooser):
@@ -272,6 +273,14 @@ def per_element_packing(gemm: Gemm) -> bool:
     element and the scratch holds one element's)."""
     return gemm.pack is not None and gemm.b_moves_with_batch and gemm.pack.shape[0] == 1 and \
         not gemm.knobs.fold_batch
+
+
+def panels_in_place_legal(gemm: Gemm) -> bool:
+    """Whether a task packing its own panels may leave those that are one run of B's
+    columns where they are (``GemmKnobs.b_panels_in_place``): B gathered with its columns
+    one element apart (a stride-1 convolution's input)."""
+    return gemm.pack is not None and not gemm.b_direct and not gemm.b_packed and \
+        bool(gemm.b_j_dims) and gemm.b_j_dims[-1][1] == 1 and not is_traced(gemm.k)
 
 
 def can_pack_in_task(gemm: Gemm) -> bool:

@@ -40,7 +40,8 @@ from ember.ir.loop.verifier import verify_func
 from ember.schedule.config import Decisions, KernelConfig, Knob
 from ember.schedule.default import default_schedule
 from ember.schedule.gemm import (GemmChooser, GemmShape, Prepack, default_parallel,
-                                 fold_columns_limit, fold_pays, template_pays, tile_choices)
+                                 fold_columns_limit, fold_pays, panels_in_place_legal,
+                                 template_pays, tile_choices)
 from ember.schedule.primitives import Schedule, Trace
 from ember.schedule.row_fusion import fuse_row_nests
 
@@ -262,5 +263,8 @@ class _ConfigGemmChooser(GemmChooser):
                       "each task packs its own panels of B right before using them")
         parallel = ask(f"{name}.parallel", default_parallel(gemm), [False, True],
                        "the product's tasks run on the thread pool")
-        knobs = gemm.knobs
-        return replace(knobs, pack_in_task=in_task, parallel=parallel)
+        in_place = in_task and panels_in_place_legal(gemm) and ask(
+            f"{name}.b_panels_in_place", True, [False, True],
+            "panels that are one run of B's columns are read where they lie, not copied")
+        return replace(gemm.knobs, pack_in_task=in_task, parallel=parallel,
+                       b_panels_in_place=in_place)

@@ -104,7 +104,10 @@ class GemmKnobs:
     (``fold_batch``: one product of ``batch * n`` columns, A streamed once for the whole
     batch; legal where A does not move with the batch and B does, as a convolution's
     weights and its input), and whether a run-time B whose rows are contiguous is read in
-    place (``b_in_place``) rather than packed into panels."""
+    place (``b_in_place``) rather than packed into panels, and whether the tasks that pack
+    their own panels of a gathered B leave the panels that are one run of B's columns where
+    they are (``b_panels_in_place``: a stride-1 convolution's panel within one output row is
+    B's rows ``koff[k]`` apart, read by the micro-kernel through that table)."""
 
     mr: int
     nr: int
@@ -117,12 +120,13 @@ class GemmKnobs:
     parallel: bool = True
     fold_batch: bool = False
     b_in_place: bool = True
+    b_panels_in_place: bool = False
 
     def to_dict(self) -> dict[str, int | bool]:
         return {"mr": self.mr, "nr": self.nr, "kc": self.kc, "mc": self.mc, "nc": self.nc,
                 "lanes": self.lanes, "pack_a": self.pack_a, "pack_in_task": self.pack_in_task,
                 "parallel": self.parallel, "fold_batch": self.fold_batch,
-                "b_in_place": self.b_in_place}
+                "b_in_place": self.b_in_place, "b_panels_in_place": self.b_panels_in_place}
 
 
 @dataclass(frozen=True)
