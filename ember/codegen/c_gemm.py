@@ -10,6 +10,13 @@ The structure is GotoBLAS/BLIS's, with every size a compile-time constant::
             micro-kernel: MR x NR tile in registers, accumulated over KC terms
             after the last block: the fused epilogue on the tile, still in L1
 
+Two variations: with the batch folded into the columns (``fold_batch``) one product spans
+every batch element, each task accumulates its block in a stack scratch and the epilogue
+stores each tile row run by run into its element's output; and a task that packs its own
+panels of a gathered B leaves those that are one run of B's columns where they are
+(``b_panels_in_place``: a stride-1 convolution's panel within one output row), the
+micro-kernel reading their rows through a table of the reduction's offsets.
+
 The micro-kernel is written with explicit vector types (GCC/Clang vector extensions) of the
 target's width, so the same source gives AVX-512, AVX2+FMA, NEON or WASM SIMD code, and with
 ``-ffp-contract=fast`` every multiply-add is one FMA.  One micro-kernel per tile height
