@@ -279,8 +279,10 @@ def panels_in_place_legal(gemm: Gemm) -> bool:
     """Whether a task packing its own panels may leave those that are one run of B's
     columns where they are (``GemmKnobs.b_panels_in_place``): B gathered with its columns
     one element apart (a stride-1 convolution's input)."""
+    # (the table of row offsets is a constant of the kernel: sizes known at compile time)
     return gemm.pack is not None and not gemm.b_direct and not gemm.b_packed and \
-        bool(gemm.b_j_dims) and gemm.b_j_dims[-1][1] == 1 and not is_traced(gemm.k)
+        bool(gemm.b_j_dims) and gemm.b_j_dims[-1][1] == 1 and not is_traced(gemm.k) and \
+        not any(is_traced(value) for dim in gemm.b_k_dims for value in dim)
 
 
 def can_pack_in_task(gemm: Gemm) -> bool:
