@@ -18,10 +18,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ember
+from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.ir.loop.functor import walk
 from ember.ir.loop.stmt import Gemm
-from ember.schedule.gemm import Prepack, default_knobs, register_tile
+from ember.schedule.gemm import (Prepack, default_knobs, register_tile,
+                                 register_tile_columns)
 
 RNG = np.random.default_rng(7)
 
@@ -349,6 +351,26 @@ def test_panels_within_an_output_row_are_read_where_they_lie(in_place, width, st
     reads_in_place = re.search(r"_ind\((?!\s*long )", module.build.source) is not None
     assert reads_in_place == (in_place and stride == 1)
     assert gemm.knobs.b_panels_in_place == (in_place and stride == 1)
+
+
+@pytest.mark.parametrize("out_channels", [16, 64])
+def test_few_output_channels_over_narrow_rows_take_one_vector_tiles(out_channels):
+    """A convolution with few output channels spends most of its time packing B; over rows
+    one vector wide (narrower than the default tile's two vectors) a one-vector tile's panels
+    each lie within a row and are read in place.  With many output channels the default tile
+    stays.  Both against numpy."""
+    lanes = Target.native().lanes_for(DType.FLOAT32)
+    _, default_columns = register_tile_columns(Target.native())
+    if default_columns <= lanes:
+        pytest.skip("this target's default tile is one vector wide")
+    x, w = _randn(2, 8, 6, lanes), _randn(out_channels, 8, 3, 3)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    module = _check(_model(nodes, [("x", list(x.shape))], {"w": w}), {"x": x},
+                    _conv_reference(x, w, 1, [1, 1, 1, 1], 1))
+    gemm, = _gemms(module)
+    narrow = out_channels <= 32
+    assert gemm.knobs.nr == (lanes if narrow else default_columns)
+    assert gemm.knobs.b_panels_in_place
 
 
 def test_products_that_are_not_gemms_keep_their_loops():
