@@ -17,11 +17,11 @@ the two border loops keep the guarded body.  TVM's ``LoopPartition`` does the sa
 
 A concatenation tests instead which piece each element belongs to, a balanced tree of
 ``select(i < start_k, ..)`` on the position along its axis, each piece's load masked to its
-range; every element then evaluated every piece's load.  When a loop's comparisons each flip
-at one value of its variable whatever the other variables are, and no single middle range
-decides them all, the loop is split at every such value instead (up to ``MAX_PIECES``
-parts): each part decides every test, keeps only its piece's load, and copies as a plain
-loop.
+range; every element then evaluated every piece's load.  When no single middle range decides
+a loop's tests, the loop is split instead at every value where one of its comparisons flips
+whatever the other variables are (up to ``MAX_PIECES`` parts): each part decides those
+comparisons and keeps only its piece's load, and its inner loops are partitioned again, now
+that this loop's range is known (a Concat of Concats), until every part is a plain copy.
 
 Only serial and vectorized loops with constant bounds are split (a parallel loop would fork
 three times).  Every rewrite is exact: a comparison is replaced only when interval arithmetic
