@@ -187,10 +187,11 @@ def fold_columns_limit(mc: int, nr: int) -> int:
     return max(nr, FOLD_SCRATCH_BYTES // (4 * mc) // nr * nr)
 
 
-def fold_pays(shape: GemmShape) -> bool:
+def fold_pays(shape: GemmShape, target: Target) -> bool:
     """The heuristic: fold a foldable batch whose elements have few columns (see
-    ``FOLD_BELOW_COLUMNS``)."""
-    return shape.foldable and shape.n < FOLD_BELOW_COLUMNS
+    ``FOLD_BELOW_COLUMNS``), when the folded product takes the template."""
+    return shape.foldable and shape.n < FOLD_BELOW_COLUMNS and \
+        template_pays(shape.folded(), target)
 
 
 _UNCHOSEN = GemmKnobs(0, 0, 0, 0, 0, 0)  # a product's knobs until its chooser decides them
@@ -206,7 +207,7 @@ class GemmChooser:
 
     def knobs(self, index: int, shape: GemmShape) -> GemmKnobs | None:
         """The blocking of product ``index``, or None to keep its plain loops."""
-        if fold_pays(shape) and template_pays(shape.folded(), self.target):
+        if fold_pays(shape, self.target):
             return folded_knobs(shape.folded().default_knobs(self.target))
         return shape.default_knobs(self.target) if template_pays(shape, self.target) else None
 

@@ -220,7 +220,7 @@ class _ConfigGemmChooser(GemmChooser):
 
     def knobs(self, index: int, shape: GemmShape) -> GemmKnobs | None:
         ask, name = self.decisions.choose, f"gemm{index}"
-        fold_default = fold_pays(shape) and template_pays(shape.folded(), self.target)
+        fold_default = fold_pays(shape, self.target)
         if not ask(f"{name}.template", fold_default or template_pays(shape, self.target),
                    [False, True],
                    "run the product on the blocked GEMM template (else its plain loops)"):
