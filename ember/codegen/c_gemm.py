@@ -10,11 +10,12 @@ The structure is GotoBLAS/BLIS's, with every size a compile-time constant::
             micro-kernel: MR x NR tile in registers, accumulated over KC terms
             after the last block: the fused epilogue on the tile, still in L1
 
-Two variations: with the batch folded into the columns (``fold_batch``) one product spans
-every batch element, each task accumulates its block in a stack scratch and the epilogue
-stores each tile row run by run into its element's output; and a task that packs its own
-panels of a gathered B leaves those that are one run of B's columns where they are
-(``b_panels_in_place``: a stride-1 convolution's panel within one output row), the
+Three variations: with the batch folded into the columns (``fold_batch``) one product spans
+every batch element, and with the output's columns in runs apart (``out_j_dims``: the rows of
+a padded buffer) they are not one run -- in both each task accumulates its block in a stack
+scratch and the epilogue stores each tile row run by run where the run belongs; and a task
+that packs its own panels of a gathered B leaves those that are one run of B's columns where
+they are (``b_panels_in_place``: a stride-1 convolution's panel within one output row), the
 micro-kernel reading their rows through a table of the reduction's offsets.
 
 The micro-kernel is written with explicit vector types (GCC/Clang vector extensions) of the
@@ -307,9 +308,9 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
             if pack_a:
                 line(inner, f"float {apack}[{knobs.mc * knobs.kc}] __attribute__((aligned(64)));")
             ctile = fresh("ctile")
-            if knobs.fold_batch:
+            if s.stores_by_runs:
                 # the task's block of the product accumulates here: a tile's columns may
-                # belong to two batch elements, whose outputs are apart
+                # belong to two batch elements, or two runs of the output, which are apart
                 line(inner, f"float {ctile}[{knobs.mc * knobs.nc}] "
                             f"__attribute__((aligned(64)));")
             line(inner, f"for (long {pc} = 0; {pc} < {s.k}; {pc} += {knobs.kc}) {{")
@@ -345,7 +346,7 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
             line(inner + 2, f"for (long {i0} = {i_lo}; {i0} < {i_hi}; {i0} += {mr}) {{")
             body = inner + 3
             line(body, f"const long {rows} = {i_hi} - {i0} < {mr} ? {i_hi} - {i0} : {mr};")
-            if knobs.fold_batch:
+            if s.stores_by_runs:
                 c_rs = knobs.nc
                 line(body, f"float *{tile} = {ctile} + ({i0} - {i_lo}) * {c_rs} + "
                            f"({p} - {p_lo}) * {nr};")
@@ -385,10 +386,10 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
                 line(packed, "}")
             if direct_kernels is not None:
                 line(body, "}")
-            if knobs.fold_batch:
+            if s.stores_by_runs:
                 line(body, f"if ({pc} + {kc} == {s.k}) {{")
-                _emit_folded_epilogue(em, s, body + 1, tile, c_rs,
-                                      {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
+                _emit_run_epilogue(em, s, body + 1, tile, c_rs,
+                                   {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
                 line(body, "}")
             elif s.finish is not None:
                 line(body, f"if ({pc} + {kc} == {s.k}) {{")
@@ -620,37 +621,56 @@ def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, s
         em.stmt(loop, depth)
 
 
-def _emit_folded_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_rs: int,
-                          names: dict[str, str]) -> None:
-    """Store a finished tile of a product with the batch folded into its columns: each row
-    of the tile, run by run of columns of one batch element, goes to that element's output
-    (through ``finish`` when there is one)."""
+def _emit_run_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_rs: int,
+                       names: dict[str, str]) -> None:
+    """Store a finished tile, accumulated in the task's scratch, run by run (through
+    ``finish`` when there is one): with the batch folded into the columns, a run ends where
+    a batch element's columns do and goes to that element's output; with the output in runs
+    (``out_j_dims``), a run ends where a run of the output does and goes where the walk puts
+    its first column."""
     from ember.codegen.c import _Binding
 
     fresh, line = em.names.fresh, em.line
     i0, j0, rows, cols = (names[key] for key in ("i0", "j0", "rows", "cols"))
-    r, c0, e, jj, length, at = (fresh(n) for n in ("r", "c0", "e", "jj", "length", "from"))
+    r, c0, e, jj, length, at, out_at = (fresh(n) for n in ("r", "c0", "e", "jj", "length",
+                                                            "from", "out_at"))
+    fold = s.knobs.fold_batch
     line(depth, f"for (long {r} = 0; {r} < {rows}; ++{r}) {{")
-    line(depth + 1, f"for (long {c0} = 0; {c0} < {cols};) {{  /* a run per batch element */")
+    line(depth + 1, f"for (long {c0} = 0; {c0} < {cols};) {{  /* run by run */")
     inner = depth + 2
-    line(inner, f"const long {e} = ({j0} + {c0}) / {s.n}, {jj} = ({j0} + {c0}) % {s.n};")
-    line(inner, f"const long {length} = {s.n} - {jj} < {cols} - {c0} ? {s.n} - {jj} : "
-                f"{cols} - {c0};")
+    if fold:
+        line(inner, f"const long {e} = ({j0} + {c0}) / {s.n}, {jj} = ({j0} + {c0}) % {s.n};")
+        line(inner, f"long {length} = {s.n} - {jj} < {cols} - {c0} ? {s.n} - {jj} : "
+                    f"{cols} - {c0};")
+    else:
+        line(inner, f"const long {jj} = {j0} + {c0};")
+        line(inner, f"long {length} = {cols} - {c0};")
+    if s.out_in_runs:
+        width = s.out_j_dims[-1][0]
+        line(inner, f"if ({width} - {jj} % {width} < {length}) "
+                    f"{length} = {width} - {jj} % {width};")
+        rest = fresh("rest")
+        line(inner, f"long {out_at} = 0, {rest} = {jj};")
+        for extent, stride in reversed(s.out_j_dims):
+            line(inner, f"{out_at} += ({rest} % {extent}) * {stride}; {rest} /= {extent};")
+    else:
+        line(inner, f"const long {out_at} = {jj};")
     line(inner, f"const float *{at} = {tile} + {r} * {c_rs} + {c0};")
-    row_var, start, count = (Var(f"gemm_{n}", INDEX) for n in ("row", "j", "length"))
+    row_var, start, count, place = (Var(f"gemm_{n}", INDEX)
+                                    for n in ("row", "j", "length", "out_at"))
     c = Var("gemm_c", INDEX)
     run = Buffer("gemm_run", s.out.dtype, (s.knobs.nr,), scope="global", align=4)
-    col = start + c
-    index = s.out_base + row_var * s.out_rs + col
+    index = s.out_base + row_var * s.out_rs + place + c
     value: Expr = Load(run, c)
     if s.finish is not None:
-        value = substitute(s.finish, {s.row: row_var, s.col: col, s.result: value})
+        value = substitute(s.finish, {s.row: row_var, s.col: start + c, s.result: value})
     loop = For(c, _zero(), count, ForKind.VECTORIZED, Store(s.out, index, value))
     with ExitStack() as scope:
-        scope.enter_context(_batch_bindings(em, s, e, inner))
+        if fold:
+            scope.enter_context(_batch_bindings(em, s, e, inner))
         row_name = fresh("row")
         line(inner, f"const long {row_name} = {i0} + {r};")
-        for var, name in ((row_var, row_name), (start, jj), (count, length)):
+        for var, name in ((row_var, row_name), (start, jj), (count, length), (place, out_at)):
             scope.enter_context(_Binding(em.vars, var, name))
         scope.enter_context(_Binding(em.buffers, run, at))
         em.stmt(loop, inner)

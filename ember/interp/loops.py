@@ -1044,7 +1044,8 @@ class _GemmPlan:
             along_k = _walk(s.b_k_dims, k, s, "b_k_dims")
             along_j = _walk(s.b_j_dims, n, s, "b_j_dims")
             self.b_index = along_k[:, None] + along_j[None, :]
-        self.out_index = rows[:, None] * s.out_rs + cols[None, :]
+        along_out = _walk(s.out_j_dims, n, s, "out_j_dims") if s.out_j_dims else cols
+        self.out_index = rows[:, None] * s.out_rs + along_out[None, :]
 
 
 def _positive(value: int, s: Gemm, what: str) -> int:

@@ -28,7 +28,8 @@ from ember.ir.loop.expr import Expr, Select, as_expr
 from ember.ir.graph import FusedGroup, Graph, Node
 from ember.ir.loop.stmt import PrimFunc
 from ember.ir.types import TensorType
-from ember.lower.lower import LoweringError, lower_compute
+from ember.lower.lower import LoweringError, Placement, lower_compute
+from ember.ops.compute.shape import constant_padding
 from ember.ops.registry import NoCompute, get_op
 
 
@@ -62,7 +63,13 @@ def lower_group(group: FusedGroup, graph: Graph, name: str) -> LoweredGroup:
             inputs[value] = placeholder(vtype.shape, vtype.dtype, name=f"in{position}")
     env: dict[str, Tensor] = dict(inputs)
     checked: list[tuple[str, RangeCheck, Node]] = []
+    placed: dict[str, Placement] = {}
     for node in group.nodes:
+        placement = _padding_as_store(node, group, graph, env, inputs)
+        if placement is not None:
+            env[node.outputs[0]] = env[node.inputs[0]]
+            placed[node.outputs[0]] = placement
+            continue
         outputs, node_checks = _apply_compute(node, graph, env)
         for check in node_checks:
             value = node.inputs[check.input]
@@ -74,12 +81,20 @@ def lower_group(group: FusedGroup, graph: Graph, name: str) -> LoweredGroup:
         for value, tensor in zip(node.outputs, outputs):
             if value:
                 env[value] = tensor
+    for value in list(placed):  # a tensor that is another output too is stored plainly
+        if any(env[other] is env[value] for other in group.outputs if other != value):
+            del placed[value]
+            pad = next(n for n in group.nodes if n.outputs and n.outputs[0] == value)
+            env[value] = _apply_compute(pad, graph, env)[0][0]
     results = [env[value] for value in group.outputs]
     read = _tensors_read(results)
     kept = [value for value in group.inputs if value not in graph.constants or
             (id(inputs[value]) in read and inputs[value].stage is None)]
     func = lower_compute(name, [inputs[value] for value in kept], results,
-                         attrs=(("nodes", tuple(n.name for n in group.nodes)),))
+                         attrs=(("nodes", tuple(n.name for n in group.nodes)),),
+                         placements={position: placed[value]
+                                     for position, value in enumerate(group.outputs)
+                                     if value in placed})
     checks = [(kept.index(value), check, node) for value, check, node in checked]
     return LoweredGroup(func, checks, kept)
 
@@ -115,17 +130,53 @@ def _tensors_read(results: list[Tensor]) -> set[int]:
     return seen
 
 
+def _padding_as_store(node: Node, group: FusedGroup, graph: Graph, env: Mapping[str, Tensor],
+                      inputs: Mapping[str, Tensor]) -> Placement | None:
+    """How the group stores the input of ``node`` inside ``node``'s padded output, when
+    ``node`` is a Pad that only surrounds its input with one known value, that input is
+    computed in the group and read by nothing else, and the padded value is a group output
+    that no other member reads: then the producer's loops store into the padded buffer (at
+    an offset) and the border is filled, with no pass copying the whole tensor (a
+    convolution's output padded for the next convolution).  None otherwise."""
+    if node.op != "Pad" or len(node.outputs) != 1 or not node.inputs or not node.inputs[0]:
+        return None
+    data, padded = node.inputs[0], node.outputs[0]
+    if data in inputs or data not in env or env[data].stage is None or \
+            data in group.outputs or padded not in group.outputs:
+        return None
+    if any(member is not node and (data in member.inputs or padded in member.inputs)
+           for member in group.nodes):
+        return None
+    data_type, padded_type = graph.types.get(data), graph.types.get(padded)
+    if not (isinstance(data_type, TensorType) and data_type.is_static and
+            isinstance(padded_type, TensorType) and padded_type.is_static):
+        return None
+    found = constant_padding(_compute_context(node, graph), data_type.dtype)
+    if found is None:
+        return None
+    before, fill = found
+    shape = tuple(int(d) for d in padded_type.shape)
+    if any(b + int(d) > s for b, d, s in zip(before, data_type.shape, shape)):
+        return None
+    return Placement(before, shape, fill)
+
+
+def _compute_context(node: Node, graph: Graph) -> ComputeContext:
+    opdef = get_op(node.op)
+    in_types = [graph.types.get(n) if n else None for n in node.inputs]
+    out_types = [graph.types.get(n) for n in node.outputs]
+    constants: dict[int, Any] = {i: graph.constants[n] for i, n in enumerate(node.inputs)
+                                 if n in graph.constants}
+    return ComputeContext(node, in_types, out_types, opdef.resolve_attrs(node), constants)
+
+
 def _apply_compute(node: Node, graph: Graph, env: Mapping[str, Tensor]
                    ) -> tuple[list[Tensor], list[tuple[int, int, int]]]:
     opdef = get_op(node.op)
     if opdef is None or opdef.compute is None:
         raise NoCompute(f"{node.op} has no compute definition")
-    in_types = [graph.types.get(n) if n else None for n in node.inputs]
-    out_types = [graph.types.get(n) for n in node.outputs]
-    attrs = opdef.resolve_attrs(node)
-    constants: dict[int, Any] = {i: graph.constants[n] for i, n in enumerate(node.inputs)
-                                 if n in graph.constants}
-    ctx = ComputeContext(node, in_types, out_types, attrs, constants)
+    ctx = _compute_context(node, graph)
+    out_types, attrs = ctx.output_types, ctx.attrs
     tensors = [env[n] if n else None for n in node.inputs]
     try:
         result = opdef.compute(ctx, *tensors, **attrs)

@@ -15,8 +15,8 @@ The loop nests are naive on purpose; schedules (``ember.schedule``) make them fa
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
 
 from ember.core.errors import EmberError
 from ember.ir.compute import ComputeContext, Reduce, Stage, Tensor, placeholder
@@ -72,21 +72,48 @@ def lower_node(node: Node, opdef: OpDef, input_types: Sequence[TensorType | None
     return lower_compute(name, [t for t in inputs if t is not None], outputs, attrs=attrs)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """An output stored inside a larger buffer, the rest of which holds one value: a
+    computed tensor written straight into the padded buffer of a Pad that reads only it
+    (``before``: the elements in front of the tensor along each axis; ``shape``: the
+    buffer's).  The producer's loops then store at an offset, and small nests fill the
+    border, instead of a second kernel copying the whole tensor."""
+
+    before: tuple[int, ...]
+    shape: tuple[int, ...]
+    fill: Expr
+
+
 def lower_compute(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor],
-                  attrs: tuple = ()) -> PrimFunc:
+                  attrs: tuple = (), placements: Mapping[int, Placement] | None = None
+                  ) -> PrimFunc:
     """Build a PrimFunc computing ``outputs`` from placeholder ``inputs``.
 
     Outputs that are placeholders themselves (an op that returns an input unchanged) or that
-    appear twice are copied into fresh output buffers.
+    appear twice are copied into fresh output buffers.  ``placements`` (by output position)
+    store a computed output inside a larger buffer (:class:`Placement`).
     """
+    placements = dict(placements or {})
     stages = inline_stages(_topological_stages(outputs), list(outputs)).stages
     out_buffers: list[Buffer] = []
     body_parts: list[Stmt] = []
+    borders: list[Stmt] = []
+    offsets: dict[Buffer, tuple[int, ...]] = {}
     seen: set[int] = set()
     for index, tensor in enumerate(outputs):
-        out = Buffer(f"out{index}", tensor.dtype, tensor.shape)
+        placement = placements.get(index)
+        if placement is not None and (tensor.stage is None or id(tensor) in seen or
+                                      any(id(t) == id(tensor) for t in outputs[index + 1:])):
+            raise LoweringError(f"output {index} of {name}: only a tensor computed once "
+                                f"may be placed inside a larger buffer")
+        shape = placement.shape if placement is not None else tensor.shape
+        out = Buffer(f"out{index}", tensor.dtype, shape)
         out_buffers.append(out)
-        if tensor.stage is None or id(tensor) in seen:
+        if placement is not None:
+            offsets[out] = placement.before
+            borders.append(fill_border(out, placement.before, tensor.shape, placement.fill))
+        elif tensor.stage is None or id(tensor) in seen:
             body_parts.append(_copy(tensor, out))
         seen.add(id(tensor))
     rename: dict[int, Buffer] = {}  # a computed output is stored in its first output buffer
@@ -100,9 +127,9 @@ def lower_compute(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]
             buffer = Buffer(f"scratch{len(scratch)}", stage.output.dtype, stage.output.shape)
             buffer_map[stage.output.buffer] = buffer
             scratch.append(buffer)
-    nests = [_lower_stage(stage, buffer_map) for stage in stages]
+    nests = [_lower_stage(stage, buffer_map, offsets) for stage in stages]
     # copies of repeated outputs read the buffer the stage was stored in
-    body = seq(*nests, *(_rebind_all(part, buffer_map) for part in body_parts))
+    body = seq(*nests, *(_rebind_all(part, buffer_map) for part in body_parts), *borders)
     body = flatten(_rebind_all(body, buffer_map))
     params = tuple(t.buffer for t in inputs) + tuple(out_buffers) + tuple(scratch)
     return PrimFunc(name, params, _canonical_names(simplify(body)),
@@ -165,9 +192,13 @@ def _topological_stages(outputs: Sequence[Tensor]) -> list[Stage]:
     return order
 
 
-def _lower_stage(stage: Stage, buffer_map: dict[Buffer, Buffer]) -> Stmt:
+def _lower_stage(stage: Stage, buffer_map: dict[Buffer, Buffer],
+                 offsets: Mapping[Buffer, tuple[int, ...]] | None = None) -> Stmt:
     out = buffer_map.get(stage.output.buffer, stage.output.buffer)
-    index = out.flat_index(list(stage.axes)) if stage.axes else Const(0, INDEX)
+    before = (offsets or {}).get(out)
+    axes: list[Expr] = list(stage.axes) if before is None else \
+        [axis + Const(b, INDEX) if b else axis for axis, b in zip(stage.axes, before)]
+    index = out.flat_index(axes) if stage.axes else Const(0, INDEX)
     # The same reduction may appear several times in an epilogue (x * erf(x) of a matmul's
     # result): equal Reduce nodes are one reduction, accumulated once.
     reduce_nodes = list(dict.fromkeys(n for n in walk(stage.body) if isinstance(n, Reduce)))
@@ -285,6 +316,51 @@ def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:
     return Binary(op, acc, value)
 
 
+def fill_border(out: Buffer, before: Sequence[int], inner: Sequence[int], fill: Expr) -> Stmt:
+    """Nests that store ``fill`` everywhere in ``out`` but the box of shape ``inner`` at
+    ``before``: along each axis the slabs in front of and behind the box (every element of
+    the later axes) and, between them, the border of the later axes.  Leading axes without
+    padding are one loop around everything, so the nests share an outer (parallel) loop.
+    Every loop has a variable of its own (sibling loops over one axis too)."""
+    shape = [int(d) for d in out.shape]
+    count = iter(range(1 << 30))
+
+    def loop(axis: int, start: int, stop: int, bound: list[Var],
+             body_of) -> Stmt:
+        var = Var(f"{out.name}_border{axis}_{next(count)}")
+        return For(var, Const(start, INDEX), Const(stop - start, INDEX), ForKind.SERIAL,
+                   body_of(bound + [var]))
+
+    def everything(axis: int, bound: list[Var]) -> Stmt:
+        if axis == len(shape):
+            return Store(out, out.flat_index(bound), fill)
+        return loop(axis, 0, shape[axis], bound, lambda b: everything(axis + 1, b))
+
+    def padded(axis: int) -> bool:
+        """Whether any axis from ``axis`` on has elements outside the box."""
+        return any(int(b) or int(d) != int(i)
+                   for b, d, i in zip(before[axis:], shape[axis:], inner[axis:]))
+
+    def border(axis: int, bound: list[Var]) -> Stmt | None:
+        if axis == len(shape):
+            return None  # inside the box
+        if not padded(axis):
+            return None  # no padding along this axis or any later one
+        first, last = int(before[axis]), int(before[axis]) + int(inner[axis])
+        parts: list[Stmt] = []
+        if first > 0:
+            parts.append(loop(axis, 0, first, bound, lambda b: everything(axis + 1, b)))
+        if padded(axis + 1):
+            parts.append(loop(axis, first, last, bound, lambda b: border(axis + 1, b)))
+        if last < shape[axis]:
+            parts.append(loop(axis, last, shape[axis], bound,
+                              lambda b: everything(axis + 1, b)))
+        return seq(*parts)
+
+    nests = border(0, [])
+    return nests if nests is not None else seq()
+
+
 def _copy(tensor: Tensor, out: Buffer) -> Stmt:
     i = Var(f"{out.name}_copy")
     return For(i, Const(0, INDEX), Const(out.size, INDEX), ForKind.SERIAL,
@@ -307,4 +383,5 @@ def _rebind_all(node, mapping: dict[Buffer, Buffer]):
     return rewrite(node, fn)
 
 
-__all__ = ["ComputeContext", "LoweringError", "lower_compute", "lower_node"]
+__all__ = ["ComputeContext", "LoweringError", "Placement", "fill_border", "lower_compute",
+           "lower_node"]

@@ -7,6 +7,11 @@ another kernel.  Which nodes may share a kernel follows from their :class:`Patte
 * **epilogues** -- an elementwise or broadcast node joins the group that produced its input
   when it is that value's only reader: a bias, an activation, a residual Add, a Clip, a
   cast after a matmul, a convolution or a reduction is applied before the one store;
+* **padded stores** -- a Pad that surrounds an anchor's result with one known value (the
+  explicit padding of the next convolution, or of a max pool) joins the anchor's group
+  last: the anchor stores straight into the padded buffer and small nests fill its border
+  (``ember.lower.group``), instead of a Pad kernel copying the whole tensor; nothing joins
+  the group after it;
 * **chains** -- elementwise, broadcast and injective nodes (transposes, reshapes, gathers)
   join their producer's group the same way, and a reduction joins a group of elementwise
   and injective nodes (and other reductions) that only it reads: Sigmoid+Mul (SiLU), the
@@ -77,6 +82,7 @@ class _Group:
     nodes: list[Node] = field(default_factory=list)  # in graph order
     opaque: bool = False
     anchored: bool = False  # holds a matmul or a convolution (takes epilogues only)
+    sealed: bool = False  # ends in a Pad its anchor stores into: nothing more joins
 
 
 def fuse(graph: Graph, support: SupportFn) -> int:
@@ -132,6 +138,7 @@ class _Fusion:
             if group is None:
                 group = _Group(opaque=self.kinds[id(node)] is PatternKind.OPAQUE)
                 self.order[id(group)] = group
+            group.sealed |= group.anchored and node.op == "Pad"
             group.nodes.append(node)
             group.anchored |= self.kinds[id(node)] is PatternKind.ANCHOR
             self.group_of[id(node)] = group
@@ -146,12 +153,14 @@ class _Fusion:
             if producer is None or name in checked:
                 continue
             group = self.group_of[id(producer)]
-            if group.opaque or self._readers_of(name) != [node] or name in self.graph_outputs:
+            if group.opaque or group.sealed or self._readers_of(name) != [node] or \
+                    name in self.graph_outputs:
                 continue
             if len(group.nodes) >= MAX_GROUP_NODES:
                 continue
             if group.anchored:
-                if kind not in _FUSABLE_TAILS or not self._same_shape(name, node.outputs[0]):
+                if not (kind in _FUSABLE_TAILS and self._same_shape(name, node.outputs[0]) or
+                        name == node.inputs[0] and self._pads_with_constant(node)):
                     continue
             elif kind not in _CHAIN_KINDS + (PatternKind.REDUCTION,):
                 continue
@@ -220,6 +229,17 @@ class _Fusion:
         ta, tb = self.graph.types.get(a), self.graph.types.get(b)
         return getattr(ta, "shape", None) is not None and \
             getattr(ta, "shape", None) == getattr(tb, "shape", None)
+
+    def _pads_with_constant(self, node: Node) -> bool:
+        """Whether ``node`` is a Pad that only surrounds its input with one value known at
+        compile time (constant pads, none negative): its producer can store into the padded
+        buffer directly (``ember.lower.group``)."""
+        if node.op != "Pad" or node.attrs.get("mode", "constant") != "constant":
+            return False
+        optional = [name for name in node.inputs[2:] if name]
+        pads = self.graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+        return pads is not None and pads.dtype.kind in "iu" and bool((pads >= 0).all()) and \
+            all(name in self.graph.constants for name in optional)
 
     def _outputs_of(self, group: _Group) -> list[str]:
         return [o for n in group.nodes for o in n.outputs if o]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -149,6 +149,9 @@ class GemmShape:
     # a gathered B's runs of consecutive columns (a stride-1 convolution's output row), 0 if
     # none: panels within a run may be read in place (GemmKnobs.b_panels_in_place)
     row_width: int = 0
+    # whether the output's columns lie in runs apart (Gemm.out_in_runs): a task then
+    # accumulates its block in a stack scratch, which caps its columns as a fold's are
+    out_runs: bool = False
 
     def folded(self) -> "GemmShape":
         """The shape the template runs with the batch folded into the columns."""
@@ -183,7 +186,8 @@ def folded_knobs(knobs: GemmKnobs) -> GemmKnobs:
 
 
 def fold_columns_limit(mc: int, nr: int) -> int:
-    """The most columns a folded product's task of ``mc`` rows may take (whole panels)."""
+    """The most columns a task of ``mc`` rows may take (whole panels) when it accumulates
+    in a stack scratch (a folded batch, or an output in runs)."""
     return max(nr, FOLD_SCRATCH_BYTES // (4 * mc) // nr * nr)
 
 
@@ -209,7 +213,11 @@ class GemmChooser:
         """The blocking of product ``index``, or None to keep its plain loops."""
         if fold_pays(shape, self.target):
             return folded_knobs(shape.folded().default_knobs(self.target))
-        return shape.default_knobs(self.target) if template_pays(shape, self.target) else None
+        if not template_pays(shape, self.target):
+            return None
+        knobs = shape.default_knobs(self.target)
+        return replace(knobs, nc=min(knobs.nc, fold_columns_limit(knobs.mc, knobs.nr))) \
+            if shape.out_runs else knobs
 
     def finish(self, index: int, gemm: Gemm, pack_in_task_legal: bool) -> GemmKnobs:
         """The final knobs once B's packing is known: pack in the task wherever every panel
@@ -384,7 +392,7 @@ def _choose_and_pack(gemm: Gemm, stmts: list[Stmt], position: int, consumed: int
     knobs = chooser.knobs(index, GemmShape(gemm.m, gemm.n, gemm.k, batch, products,
                                            b_prepacked, gathered,
                                            _foldable(gemm, b_prepacked), contiguous,
-                                           row_width))
+                                           row_width, gemm.out_in_runs))
     if knobs is None:
         return None
     gemm = replace(gemm, knobs=knobs)
@@ -595,9 +603,17 @@ def _to_gemm(p: _Product, target: Target) -> Gemm | None:
     tail = len(spatial)
     while tail > 0 and not lhs_c.get(spatial[tail - 1][0], 0):
         tail -= 1
-    spatial = spatial[:tail] + _merge(spatial[tail:], [out_c, lhs_c, *epilogue_coeffs],
-                                      pinned, walks)
-    reduce = _merge(reduce, [out_c, lhs_c], pinned, walks)
+    # 3. the output too may walk the trailing output loops in runs (rows of a padded buffer:
+    # a convolution storing into the next one's padded input), when that is all that keeps
+    # them from merging: the template then stores each tile run by run
+    out_walks = _output_runs(spatial[tail:], out_c, [lhs_c, *epilogue_coeffs], pinned)
+    if out_walks is None:
+        spatial = spatial[:tail] + _merge(spatial[tail:], [out_c, lhs_c, *epilogue_coeffs],
+                                          pinned, [walks])
+    else:
+        spatial = spatial[:tail] + _merge(spatial[tail:], [lhs_c, *epilogue_coeffs], pinned,
+                                          [walks, out_walks])
+    reduce = _merge(reduce, [out_c, lhs_c], pinned, [walks])
     if len(reduce) != 1:
         return None
     (k_var, k_ext), = reduce
@@ -609,7 +625,14 @@ def _to_gemm(p: _Product, target: Target) -> Gemm | None:
     rows = [(v, e) for v, e in others if lhs_c.get(v, 0) and not rhs_c.get(v, 0)]
     i_var, m_ext = rows[-1] if rows else (Var("row", INDEX), 1)
     batch = [(v, e) for v, e in others if v is not i_var]
-    if not _one_to_one(out_c, [(i_var, m_ext), (j_var, n_ext)] + batch):
+    out_j_dims = _combine(out_walks[j_var]) if out_walks is not None else ()
+    # (a walk in runs spans from its first column to its last: that is its extent here)
+    j_span = sum((e - 1) * stride for e, stride in out_j_dims) + 1 if out_j_dims else n_ext
+    if len(out_j_dims) == 1:
+        out_j_dims = ()  # the runs are adjacent after all: one run
+    if not _one_to_one(out_c, [(i_var, m_ext), (j_var, j_span)] + batch) or \
+            (out_j_dims and not _one_to_one(dict(enumerate(s for _, s in out_j_dims)),
+                                            list(enumerate(e for e, _ in out_j_dims)))):
         return None
     if any(not out_c.get(v, 0) for v, _ in batch):
         return None  # a batch loop must move the output (else it would be a reduction)
@@ -638,8 +661,25 @@ def _to_gemm(p: _Product, target: Target) -> Gemm | None:
     stmt = Gemm(p.out, a_load.buffer, b_load.buffer, None, tuple(batch), m_ext, n_ext, k_ext,
                 base(out_c), base(lhs_c), base(rhs_c), out_c.get(i_var, 0),
                 lhs_c.get(i_var, 0), lhs_c[k_var], b_k, b_j, False,
-                row, col, result, finish, knobs)
+                row, col, result, finish, knobs, out_j_dims=out_j_dims)
     return stmt
+
+
+def _output_runs(loops: list[tuple[Var, int]], out_c: dict, coeffs: list[dict],
+                 pinned: set[Var]) -> dict | None:
+    """The output's walks along ``loops`` (one (extent, stride) dim each) when the output
+    is all that keeps them from merging into fewer loops -- the others' accesses merge, the
+    output's strides do not (rows of a padded buffer) -- and its innermost stride is 1;
+    None when the output merges as well as the others (or the loops have traced sizes)."""
+    if len(loops) < 2 or any(is_traced(e) for _, e in loops) or \
+            any(is_traced(out_c.get(v, 0)) for v, _ in loops) or \
+            out_c.get(loops[-1][0], 0) != 1:
+        return None
+    with_output = _merge(loops, [dict(out_c), *(dict(c) for c in coeffs)], pinned)
+    without = _merge(loops, [dict(c) for c in coeffs], pinned)
+    if len(without) >= len(with_output):
+        return None
+    return {v: ((e, out_c.get(v, 0)),) for v, e in loops}
 
 
 def _split_divided_loops(p: _Product) -> _Product:
@@ -710,11 +750,12 @@ def _only_in_loads(var: Var, p: _Product) -> bool:
 
 
 def _merge(loops: list[tuple[Var, int]], coeffs: list[dict], pinned: set[Var],
-           walks: dict | None = None) -> list[tuple[Var, int]]:
+           walks: Sequence[dict] = ()) -> list[tuple[Var, int]]:
     """Merge adjacent loops that every access of ``coeffs`` walks as one (``c[outer] ==
     c[inner] * extent(inner)``), rewriting the coefficient dicts in place to the merged
-    (inner) variable.  ``walks`` (B's (extent, stride) dims per loop, when B is gathered and
-    need not agree) get the merged loop's dims joined."""
+    (inner) variable.  ``walks`` (the (extent, stride) dims per loop of an access that is
+    walked rather than indexed -- B when it is gathered, an output in runs -- and need not
+    agree) get the merged loop's dims joined."""
     merged = list(loops)
     position = 0
     while position + 1 < len(merged):
@@ -723,8 +764,8 @@ def _merge(loops: list[tuple[Var, int]], coeffs: list[dict], pinned: set[Var],
                 all(c.get(outer, 0) == c.get(inner, 0) * ei for c in coeffs):
             for c in coeffs:
                 c.pop(outer, None)
-            if walks is not None:
-                walks[inner] = _combine(walks.pop(outer) + walks[inner])
+            for walk_dims in walks:
+                walk_dims[inner] = _combine(walk_dims.pop(outer) + walk_dims[inner])
             merged[position:position + 2] = [(inner, eo * ei)]
         else:
             position += 1

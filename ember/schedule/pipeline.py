@@ -244,7 +244,7 @@ class _ConfigGemmChooser(GemmChooser):
                  sorted({min(mr * f, rows) for f in (1, 2, 4, 8, 16, 32, 64)}),
                  "rows of a task (a multiple of the tile's rows)")
         columns = -(-n // nr) * nr
-        widest = fold_columns_limit(mc, nr) if fold else columns
+        widest = fold_columns_limit(mc, nr) if fold or shape.out_runs else columns
         nc = ask(f"{name}.nc", min(proposed.nc, widest),
                  sorted({min(nr * f, columns, widest) for f in (1, 2, 4, 8, 16, 32, 64)}),
                  "columns of a task (a multiple of the tile's columns)")

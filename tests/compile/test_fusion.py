@@ -216,3 +216,73 @@ def test_gather_indices_are_not_computed_inside_the_kernel_that_checks_them():
           %y = Gather(%x, %c) {axis=0}
         }""", opt_level=1)
     assert kernels[-1] == "Gather" and len(kernels) == 2, kernels
+
+
+def test_a_convolution_stores_into_the_padded_input_of_the_next_one():
+    # The second convolution's padding (made explicit) joins the first one's kernel: the
+    # first stores its result inside the padded buffer and fills the border, no Pad kernel.
+    kernels, build = _compile("""
+        graph g(%x: f32[2, 4, 9, 11]) -> (%y: f32[2, 6, 9, 13]) {
+          const %w1: f32[8, 4, 3, 3] = random
+          const %b1: f32[8] = random
+          const %w2: f32[6, 8, 3, 3] = random
+          %c = Conv(%x, %w1, %b1) {pads=[1, 1, 1, 1]}
+          %r = Relu(%c)
+          %y = Conv(%r, %w2) {pads=[1, 2, 1, 2]}
+        }""")
+    assert kernels[-2:] == ["Conv+Relu+Pad", "Conv"], kernels
+    (func,) = [impl.func for impl in build.kernels if "Pad" in impl.group.nodes[-1].op
+               and len(impl.group.nodes) == 3]
+    assert "out0: f32[2, 8, 11, 15]" in str(func)  # the kernel writes the padded buffer
+
+
+@pytest.mark.parametrize("value, mode, pads, joins", [
+    ("2.5", "constant", [0, 2, 0, 0, 1, 3], True),    # a fill other than 0
+    ("", "constant", [0, 0, 1, 0, 0, 0], True),       # one side of one axis
+    ("2.5", "constant", [0, -1, 1, 0, 1, 0], False),  # a crop is not a border
+    ("", "reflect", [0, 1, 1, 0, 1, 1], False),       # copies of the input
+    ("", "edge", [0, 1, 1, 0, 1, 1], False),
+])
+def test_a_pad_joins_a_matmul_only_when_it_surrounds_it_with_one_value(value, mode, pads,
+                                                                       joins):
+    shape = [d + pads[i] + pads[i + 3] for i, d in enumerate((2, 5, 6))]
+    fill = f"const %v: f32[] = {value}" if value else ""
+    kernels, _ = _compile(f"""
+        graph g(%x: f32[2, 5, 4]) -> (%y: f32{shape}) {{
+          const %w: f32[4, 6] = random
+          const %p: i64[6] = {pads}
+          {fill}
+          %m = MatMul(%x, %w)
+          %t = Pad(%m, %p{", %v" if value else ""}) {{mode="{mode}"}}
+          %y = Neg(%t)
+        }}""", opt_level=1)
+    assert (kernels[0] == "MatMul+Pad") is joins, kernels
+    assert kernels[-1] == ("Neg" if joins else "Pad+Neg"), kernels
+
+
+def test_nothing_joins_a_kernel_after_its_padded_store():
+    # The Relu after the Pad would apply to the border too: it is a kernel of its own
+    # (or joins whatever reads it), never the convolution's epilogue.
+    kernels, _ = _compile("""
+        graph g(%x: f32[1, 3, 8, 8]) -> (%y: f32[1, 4, 10, 10]) {
+          const %w: f32[4, 3, 1, 1] = random
+          const %p: i64[8] = [0, 0, 1, 1, 0, 0, 1, 1]
+          const %v: f32[] = -1.0
+          %c = Conv(%x, %w)
+          %t = Pad(%c, %p, %v)
+          %y = Relu(%t)
+        }""")
+    assert kernels == ["Conv+Pad", "Relu"], kernels
+
+
+def test_a_padded_store_of_a_batch_of_images_per_row():
+    # 16 output channels over 16-pixel rows and a batch of 3, padded for a max pool (NaN
+    # never wins a maximum): the store moves from row to row of the padded buffer.
+    kernels, _ = _compile("""
+        graph g(%x: f32[3, 8, 16, 16]) -> (%y: f32[3, 16, 8, 8]) {
+          const %w: f32[16, 8, 3, 3] = random
+          %c = Conv(%x, %w) {pads=[1, 1, 1, 1]}
+          %r = Relu(%c)
+          %y = MaxPool(%r) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]}
+        }""")
+    assert "Conv+Relu+Pad" in kernels and kernels[-1] == "MaxPool", kernels

@@ -20,7 +20,7 @@ from ember.ir.compute import (compute, const_like, placeholder, reduce_axis,  # 
 from ember.ir.loop import (INDEX, Binary, Buffer, Const, For, ForKind, Load,  # noqa: E402
                            PrimFunc, Store, Var, verify_func)
 from ember.ir.loop.expr import Cast  # noqa: E402
-from ember.lower import LoweringError, lower_compute  # noqa: E402
+from ember.lower.lower import LoweringError, Placement, lower_compute  # noqa: E402
 from ember.ir.loop.affine import local_stride  # noqa: E402
 
 F32, I32, I8 = DType.FLOAT32, DType.INT32, DType.INT8
@@ -382,3 +382,37 @@ def test_interpreter_vectors():
     total = Call("vector.reduce_add", (Binary("mul", Load(x, ramp), Broadcast(Const(2.0, F32),
                                                                               3)),), F32)
     assert eval_expr(total, buffers={x: data}) == 18.0
+
+
+# ----------------------------------------------------------------------------- placements
+@pytest.mark.parametrize("before, after", [
+    ((0, 1, 1), (0, 1, 1)),      # a convolution's padding
+    ((1, 0, 2), (0, 3, 0)),      # every axis, each side on its own
+    ((0, 0, 0), (0, 0, 0)),      # nothing around: the output is the tensor
+    ((2, 0, 0), (1, 0, 0)),      # only the leading axis
+])
+def test_a_placed_output_is_stored_inside_its_border(before, after):
+    """A reduction stored at an offset inside a larger buffer whose border holds one value;
+    outputs start poisoned in the interpreter, so an element left unwritten fails."""
+    rng = np.random.default_rng(21)
+    xs = rng.standard_normal((3, 5, 4)).astype(np.float32)
+    ws = rng.standard_normal((4, 2)).astype(np.float32)
+    x, w = placeholder((3, 5, 4), F32, "x"), placeholder((4, 2), F32, "w")
+    k = reduce_axis(4, "k")
+    y = compute((3, 5, 2), lambda b, i, j: reduce_sum(x[b, i, k] * w[k, j], k) * 2.0, "mm")
+    shape = tuple(d + b + a for d, b, a in zip((3, 5, 2), before, after))
+    placement = Placement(before, shape, const_like(-1.5, F32))
+    func = lower_compute("placed", [x, w], [y], placements={0: placement})
+    verify_func(func)
+    (got,) = run_outputs(func, [xs, ws])
+    want = np.pad(2.0 * np.einsum("bik,kj->bij", xs, ws), list(zip(before, after)),
+                  constant_values=-1.5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_output_placed_twice_is_rejected():
+    x = placeholder((4,), F32, "x")
+    y = compute((4,), lambda i: x[i] * 2.0, "twice")
+    with pytest.raises(LoweringError, match="computed once"):
+        lower_compute("bad", [x], [y, y],
+                      placements={0: Placement((1,), (5,), const_like(0.0, F32))})

@@ -264,6 +264,38 @@ def test_batch_folded_into_the_columns(batch, size, out_channels, knobs):
     assert "folded into the columns" in module.build.source
 
 
+@pytest.mark.parametrize("batch,height,width,knobs,folded", [
+    (1, 11, 20, {}, False),                                   # runs of 20 over 16-wide tiles
+    (1, 9, 40, {"gemm0.nc": 32, "gemm0.mc": "strips:1"}, False),  # tasks of one panel
+    (3, 5, 6, {"gemm0.fold_batch": True}, True),              # runs end at rows and images
+    (2, 4, 7, {"gemm0.fold_batch": True, "gemm0.tile": (4, 16), "gemm0.nc": 16}, True),
+])
+def test_a_convolution_stores_its_rows_into_a_padded_buffer(batch, height, width, knobs,
+                                                            folded):
+    """A convolution whose result the next one's explicit padding surrounds stores each row
+    where the padded buffer has it: the output's columns lie in runs (``out_j_dims``), the
+    task accumulates in a scratch and the epilogue (bias, residual Add, Relu) stores run by
+    run, and the border holds the pad value -- against numpy's convolution and np.pad."""
+    x, w = _randn(batch, 8, height, width), _randn(24, 8, 3, 3)
+    bias, skip = _randn(24), _randn(batch, 24, height, width)
+    pads = np.array([0, 0, 1, 2, 0, 0, 2, 1], dtype=np.int64)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["t", "skip"], ["u"]),
+             helper.make_node("Relu", ["u"], ["r"]),
+             helper.make_node("Pad", ["r", "pads", "fill"], ["y"])]
+    expected = np.pad(np.maximum(_conv_reference(x, w, 1, [1, 1, 1, 1], 1) +
+                                 bias[None, :, None, None] + skip, 0),
+                      ((0, 0), (0, 0), (1, 2), (2, 1)), constant_values=0.25)
+    model = _model(nodes, [("x", list(x.shape)), ("skip", list(skip.shape))],
+                   {"w": w, "b": bias, "pads": pads, "fill": np.array(0.25, np.float32)})
+    module, gemm = _check_with(model, {"x": x, "skip": skip}, expected, knobs)
+    assert gemm.out_j_dims == ((height, width + 3), (width, 1)), gemm.out_j_dims
+    assert gemm.n == height * width and gemm.knobs.fold_batch is folded
+    assert ["+".join(n.op for n in impl.group.nodes) for impl in module.build.kernels] == \
+        ["Pad", "Conv+Add+Relu+Pad"]  # the input's padding, and the padded store
+
+
 def test_folding_is_the_default_for_small_images_only():
     """The heuristic folds a batch of 7x7 images, not of 32x32 ones (1,024 columns each); a
     batch of one has nothing to fold."""
@@ -448,6 +480,23 @@ SANITIZED = textwrap.dedent("""
                              w[:, :, r, q]) for r in range(3) for q in range(3))
         assert np.allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
         ran += 1
+    # a convolution storing its rows into the padded buffer of the next one, unfolded
+    # and with the batch folded
+    for batch, size in ((1, 21), (3, 6)):
+        x = rng.standard_normal((batch, 4, size, size)).astype(np.float32)
+        w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+        pads = np.array([0, 0, 1, 1, 0, 0, 1, 1], dtype=np.int64)
+        nodes = [helper.make_node("Conv", ["x", "w"], ["t"], kernel_shape=[3, 3],
+                                  pads=[1, 1, 1, 1]),
+                 helper.make_node("Pad", ["t", "pads"], ["y"])]
+        module = ember.compile(model(nodes, [("x", list(x.shape))], {"w": w, "pads": pads}),
+                               sanitize=True)
+        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        want = np.pad(sum(np.einsum("nchw,mc->nmhw", xp[:, :, r:r + size, q:q + size],
+                                    w[:, :, r, q]) for r in range(3) for q in range(3)),
+                      ((0, 0), (0, 0), (1, 1), (1, 1)))
+        assert np.allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+        ran += 1
     a = rng.standard_normal((2, 11, 40)).astype(np.float32)
     z = rng.standard_normal((2, 40, 19)).astype(np.float32)
     module = ember.compile(model([helper.make_node("MatMul", ["x", "z"], ["y"])],
@@ -458,4 +507,4 @@ SANITIZED = textwrap.dedent("""
 
 
 def test_gemm_template_is_clean_under_asan_and_ubsan(run_sanitized):
-    assert "ran 6" in run_sanitized(SANITIZED)
+    assert "ran 8" in run_sanitized(SANITIZED)

@@ -129,7 +129,8 @@ def _format_gemm(s: Gemm, indent: str) -> str:
             f"(tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks {knobs.mc}x{knobs.nc}"
             f"{', batch folded into the columns' if knobs.fold_batch else ''}) {{\n"
             f"{indent}  {s.result.name} = sum_k {a_read} * {b_read}\n"
-            f"{indent}  {s.out.name}[{_strip(format_expr(s.out_base))} + i*{s.out_rs} + j] = "
+            f"{indent}  {s.out.name}[{_strip(format_expr(s.out_base))} + i*{s.out_rs} + "
+            f"j{walk(s.out_j_dims) if s.out_j_dims else ''}] = "
             f"{finish}   (i = {s.row.name}, j = {s.col.name})\n{indent}}}")
 
 

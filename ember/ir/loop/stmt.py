@@ -175,6 +175,22 @@ class Gemm(Stmt):
     # A is a constant packed at compile time into strips of ``knobs.mr`` rows, shape
     # ``(ceil(m / mr), k, mr)`` (a convolution's weights): no run-time copy of A at all
     a_packed: bool = False
+    # The output's walk along j as (extent, stride) dims, outer to inner, when its columns
+    # are not one run (a convolution storing into the padded buffer of the next one: output
+    # rows W wide, W + pads apart); () for consecutive columns
+    out_j_dims: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def out_in_runs(self) -> bool:
+        """Whether the output's columns lie in runs apart from each other (``out_j_dims``):
+        then tiles are accumulated in a scratch and stored run by run."""
+        return len(self.out_j_dims) > 1
+
+    @property
+    def stores_by_runs(self) -> bool:
+        """Whether a task accumulates its block in a scratch and stores it run by run (the
+        batch folded into the columns, or the output in runs)."""
+        return self.knobs.fold_batch or self.out_in_runs
 
     @property
     def b_is_matrix(self) -> bool:

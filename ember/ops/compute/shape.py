@@ -29,6 +29,7 @@ import numpy as np
 import ember.ops.families  # noqa: F401  (registers the ops these definitions attach to)
 from ember.core.traced import as_size, expr_of, holds_traced
 from ember.core.dtypes import DType
+from ember.core.errors import EmberError
 from ember.ir.compute import ComputeContext, Tensor, compute, const_like
 from ember.ir.loop.expr import INDEX, Cast, Const, Expr, Select, maximum, minimum
 from ember.ir.loop.simplify import simplify
@@ -348,6 +349,39 @@ def pad(ctx, data, pads, constant_value=None, axes=None, *, mode):
         return Select(inside, masked_load(data, indices, inside), fill)
 
     return compute(out_shape(ctx), body, name="pad")
+
+
+def constant_padding(ctx: ComputeContext, data_dtype: DType
+                     ) -> tuple[tuple[int, ...], Expr] | None:
+    """(elements added in front along each axis, the value they hold) of a Pad that only
+    adds elements of one compile-time value around its input -- constant mode, known
+    non-negative pads, a known fill --, or None.  Such a Pad can be the store of its
+    input's producer (``ember.lower.group``)."""
+    if ctx.attrs.get("mode", "constant") != "constant":
+        return None
+    pads, axes = ctx.value(1), ctx.value(3) if len(ctx.node.inputs) > 3 else None
+    if pads is None or holds_traced(pads) or np.asarray(pads).dtype.kind not in "iu" or \
+            (len(ctx.node.inputs) > 3 and ctx.node.inputs[3] and
+             (axes is None or holds_traced(axes))):
+        return None
+    rank = len(ctx.input_types[0].shape)
+    try:
+        widths = pad_widths(ref_ctx(ctx), rank, [int(v) for v in np.asarray(pads).reshape(-1)],
+                            None if axes is None else
+                            [int(v) for v in np.asarray(axes).reshape(-1)])
+    except EmberError:
+        return None  # the compute proper reports it
+    if any(before < 0 or after < 0 for before, after in widths):
+        return None
+    if len(ctx.node.inputs) < 3 or not ctx.node.inputs[2]:
+        return tuple(before for before, _ in widths), const_like(0, data_dtype)
+    known = ctx.value(2)
+    if known is None or holds_traced(known):
+        return None
+    if np.asarray(known).size == 0:
+        return tuple(before for before, _ in widths), const_like(0, data_dtype)
+    return tuple(before for before, _ in widths), \
+        const_like(python_scalar(known, data_dtype), data_dtype)
 
 
 def _pad_fill(ctx: ComputeContext, data: Tensor, constant_value: Tensor | None) -> Expr:
