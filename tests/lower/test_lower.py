@@ -416,3 +416,33 @@ def test_an_output_placed_twice_is_rejected():
     with pytest.raises(LoweringError, match="computed once"):
         lower_compute("bad", [x], [y, y],
                       placements={0: Placement((1,), (5,), const_like(0.0, F32))})
+
+
+# ----------------------------------------------------------------------------- short windows
+def _window_case(channels_summed: int):
+    """A 2-D convolution over 3x3 taps of a (C, 9, 12) input; with one channel summed it is
+    depthwise-like (the taps slide along the output rows and columns), with several it is
+    dense (a channel loop of its own)."""
+    rng = np.random.default_rng(5)
+    xs = rng.standard_normal((channels_summed, 9, 12)).astype(np.float32)
+    ws = rng.standard_normal((channels_summed, 3, 3)).astype(np.float32)
+    x, w = placeholder(xs.shape, F32, "x"), placeholder(ws.shape, F32, "w")
+    c, kh, kw = reduce_axis(channels_summed, "c"), reduce_axis(3, "kh"), reduce_axis(3, "kw")
+    y = compute((7, 10), lambda i, j: reduce_sum(x[c, i + kh, j + kw] * w[c, kh, kw],
+                                                 (c, kh, kw)), "win")
+    want = sum(xs[cc, r:r + 7, q:q + 10].astype(np.float64) * ws[cc, r, q]
+               for cc in range(channels_summed) for r in range(3) for q in range(3))
+    return lower_compute("win", [x, w], [y]), [xs, ws], want
+
+
+def test_a_short_window_is_summed_in_a_register_per_output_element():
+    """A depthwise-like window (taps sliding along the output, 9 terms) keeps a local
+    accumulator per output element with its taps inside the output loops; a dense
+    convolution (channels summed too) accumulates into the output row.  Both compute the
+    convolution."""
+    window, arrays, want = _window_case(1)
+    assert "@reduce=True" not in str(window) and "local" in str(window)
+    np.testing.assert_allclose(run_outputs(window, arrays)[0], want, rtol=1e-5, atol=1e-5)
+    dense, arrays, want = _window_case(4)
+    assert "@reduce=True" in str(dense)
+    np.testing.assert_allclose(run_outputs(dense, arrays)[0], want, rtol=1e-5, atol=1e-5)
