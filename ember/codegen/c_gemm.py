@@ -38,6 +38,7 @@ from ember.codegen.c_helpers import HelperSet
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import INDEX, Const, Expr, Load, Var
 from ember.ir.loop.functor import substitute
+from ember.ir.loop.simplify import simplify
 from ember.ir.loop.stmt import For, ForKind, Gemm, Store
 
 if TYPE_CHECKING:
@@ -635,6 +636,12 @@ def _emit_run_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_r
     r, c0, e, jj, length, at, out_at = (fresh(n) for n in ("r", "c0", "e", "jj", "length",
                                                             "from", "out_at"))
     fold = s.knobs.fold_batch
+    finish = s.finish
+    if finish is not None and not fold:
+        # the epilogue first, on the tile where it lies in the scratch: whole rows of
+        # consecutive columns, which vectorize (run by run, a row is a few short pieces)
+        _emit_scratch_epilogue(em, s, depth, tile, c_rs, names)
+        finish = None
     line(depth, f"for (long {r} = 0; {r} < {rows}; ++{r}) {{")
     line(depth + 1, f"for (long {c0} = 0; {c0} < {cols};) {{  /* run by run */")
     inner = depth + 2
@@ -662,8 +669,8 @@ def _emit_run_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_r
     run = Buffer("gemm_run", s.out.dtype, (s.knobs.nr,), scope="global", align=4)
     index = s.out_base + row_var * s.out_rs + place + c
     value: Expr = Load(run, c)
-    if s.finish is not None:
-        value = substitute(s.finish, {s.row: row_var, s.col: start + c, s.result: value})
+    if finish is not None:
+        value = substitute(finish, {s.row: row_var, s.col: start + c, s.result: value})
     loop = For(c, _zero(), count, ForKind.VECTORIZED, Store(s.out, index, value))
     with ExitStack() as scope:
         if fold:
@@ -673,10 +680,37 @@ def _emit_run_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_r
         for var, name in ((row_var, row_name), (start, jj), (count, length), (place, out_at)):
             scope.enter_context(_Binding(em.vars, var, name))
         scope.enter_context(_Binding(em.buffers, run, at))
-        em.stmt(loop, inner)
+        if finish is None:  # a plain copy of the piece
+            destination = em.exprs.expr(simplify(s.out_base + row_var * s.out_rs + place))
+            line(inner, f"memcpy({em._buffer(s.out)} + ({destination}), {at}, "
+                        f"{length} * sizeof(float));")
+        else:
+            em.stmt(loop, inner)
     line(inner, f"{c0} += {length};")
     line(depth + 1, "}")
     line(depth, "}")
+
+
+def _emit_scratch_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_rs: int,
+                           names: dict[str, str]) -> None:
+    """``finish`` applied in place to a finished tile in the task's scratch (rows x cols at
+    ``tile``, rows ``c_rs`` apart), for a product whose batch is not folded (its epilogue
+    does not change along a row)."""
+    from ember.codegen.c import _Binding
+
+    i0, j0, rows, cols = (Var(f"gemm_{n}", INDEX) for n in ("i0", "j0", "rows", "cols"))
+    r, c = Var("gemm_r", INDEX), Var("gemm_c", INDEX)
+    scratch = Buffer("gemm_tile", s.out.dtype, (1,), scope="global", align=4)
+    index = r * c_rs + c
+    value = substitute(s.finish, {s.row: i0 + r, s.col: j0 + c,
+                                  s.result: Load(scratch, index)})
+    loop = For(r, _zero(), rows, ForKind.SERIAL,
+               For(c, _zero(), cols, ForKind.VECTORIZED, Store(scratch, index, value)))
+    with ExitStack() as scope:
+        for var, key in ((i0, "i0"), (j0, "j0"), (rows, "rows"), (cols, "cols")):
+            scope.enter_context(_Binding(em.vars, var, names[key]))
+        scope.enter_context(_Binding(em.buffers, scratch, tile))
+        em.stmt(loop, depth)
 
 
 def _zero() -> Const:

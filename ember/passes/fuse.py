@@ -7,11 +7,11 @@ another kernel.  Which nodes may share a kernel follows from their :class:`Patte
 * **epilogues** -- an elementwise or broadcast node joins the group that produced its input
   when it is that value's only reader: a bias, an activation, a residual Add, a Clip, a
   cast after a matmul, a convolution or a reduction is applied before the one store;
-* **padded stores** -- a Pad that surrounds an anchor's result with one known value (the
-  explicit padding of the next convolution, or of a max pool) joins the anchor's group
-  last: the anchor stores straight into the padded buffer and small nests fill its border
-  (``ember.lower.group``), instead of a Pad kernel copying the whole tensor; nothing joins
-  the group after it;
+* **padded stores** -- a Pad that surrounds a convolution's result with one known value (the
+  explicit padding of the next convolution, or of a max pool) joins the convolution's group
+  last when its window is larger than one pixel: it stores straight into the padded buffer
+  and small nests fill the border (``ember.lower.group``), instead of a Pad kernel copying
+  the whole tensor; nothing joins the group after it;
 * **chains** -- elementwise, broadcast and injective nodes (transposes, reshapes, gathers)
   join their producer's group the same way, and a reduction joins a group of elementwise
   and injective nodes (and other reductions) that only it reads: Sigmoid+Mul (SiLU), the
@@ -49,6 +49,7 @@ The pass records the groups on ``graph.groups``; lowering turns each into one Pr
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -160,7 +161,8 @@ class _Fusion:
                 continue
             if group.anchored:
                 if not (kind in _FUSABLE_TAILS and self._same_shape(name, node.outputs[0]) or
-                        name == node.inputs[0] and self._pads_with_constant(node)):
+                        name == node.inputs[0] and self._pads_with_constant(node) and
+                        self._stores_padded_cheaply(group)):
                     continue
             elif kind not in _CHAIN_KINDS + (PatternKind.REDUCTION,):
                 continue
@@ -240,6 +242,25 @@ class _Fusion:
         pads = self.graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
         return pads is not None and pads.dtype.kind in "iu" and bool((pads >= 0).all()) and \
             all(name in self.graph.constants for name in optional)
+
+    def _stores_padded_cheaply(self, group: _Group) -> bool:
+        """Whether the anchor of ``group`` pays for storing into a padded buffer: a
+        convolution over a window larger than one pixel.  Its tiles are then stored run by run
+        through a scratch (the output's rows are apart), which costs about what the Pad kernel
+        it saves does; a convolution computing that much per stored element hides it
+        (ResNet-18's 3x3 convolutions: a wash or better, the model 2-3 % faster), a pointwise
+        one (1x1, MobileNet's expansions) does not: 5-25 us slower per convolution at 28x28
+        and below, measured in one process against the separate Pad."""
+        anchor = next((n for n in group.nodes if n.op == "Conv"), None)
+        if anchor is None:
+            return False
+        kernel = anchor.attrs.get("kernel_shape")
+        if not kernel:
+            weights = self.graph.types.get(anchor.inputs[1]) if len(anchor.inputs) > 1 else None
+            kernel = getattr(weights, "shape", None)
+            kernel = kernel[2:] if kernel is not None else None
+        return bool(kernel) and all(isinstance(k, int) for k in kernel) and \
+            math.prod(kernel) > 1
 
     def _outputs_of(self, group: _Group) -> list[str]:
         return [o for n in group.nodes for o in n.outputs if o]

@@ -236,27 +236,30 @@ def test_a_convolution_stores_into_the_padded_input_of_the_next_one():
     assert "out0: f32[2, 8, 11, 15]" in str(func)  # the kernel writes the padded buffer
 
 
-@pytest.mark.parametrize("value, mode, pads, joins", [
-    ("2.5", "constant", [0, 2, 0, 0, 1, 3], True),    # a fill other than 0
-    ("", "constant", [0, 0, 1, 0, 0, 0], True),       # one side of one axis
-    ("2.5", "constant", [0, -1, 1, 0, 1, 0], False),  # a crop is not a border
-    ("", "reflect", [0, 1, 1, 0, 1, 1], False),       # copies of the input
-    ("", "edge", [0, 1, 1, 0, 1, 1], False),
+@pytest.mark.parametrize("value, mode, pads, kernel, joins", [
+    ("2.5", "constant", [0, 0, 2, 0, 0, 0, 1, 3], 3, True),    # a fill other than 0
+    ("", "constant", [0, 0, 0, 1, 0, 0, 0, 0], 3, True),       # one side of one axis
+    ("", "constant", [0, 1, 0, 0, 0, 2, 0, 0], 3, True),       # channels too
+    ("", "constant", [0, 0, 1, 1, 0, 0, 1, 1], 1, False),      # pointwise: a Pad kernel
+    ("2.5", "constant", [0, 0, -1, 1, 0, 0, 1, 0], 3, False),  # a crop is not a border
+    ("", "reflect", [0, 0, 1, 1, 0, 0, 1, 1], 3, False),       # copies of the input
+    ("", "edge", [0, 0, 1, 1, 0, 0, 1, 1], 3, False),
 ])
-def test_a_pad_joins_a_matmul_only_when_it_surrounds_it_with_one_value(value, mode, pads,
-                                                                       joins):
-    shape = [d + pads[i] + pads[i + 3] for i, d in enumerate((2, 5, 6))]
+def test_a_pad_joins_a_convolution_when_it_surrounds_it_with_one_value(value, mode, pads,
+                                                                       kernel, joins):
+    shape = [d + pads[i] + pads[i + 4] for i, d in enumerate((1, 4, 6, 7))]
     fill = f"const %v: f32[] = {value}" if value else ""
+    half = kernel // 2
     kernels, _ = _compile(f"""
-        graph g(%x: f32[2, 5, 4]) -> (%y: f32{shape}) {{
-          const %w: f32[4, 6] = random
-          const %p: i64[6] = {pads}
+        graph g(%x: f32[1, 3, 6, 7]) -> (%y: f32{shape}) {{
+          const %w: f32[4, 3, {kernel}, {kernel}] = random
+          const %p: i64[8] = {pads}
           {fill}
-          %m = MatMul(%x, %w)
-          %t = Pad(%m, %p{", %v" if value else ""}) {{mode="{mode}"}}
+          %c = Conv(%x, %w) {{pads=[{half}, {half}, {half}, {half}]}}
+          %t = Pad(%c, %p{", %v" if value else ""}) {{mode="{mode}"}}
           %y = Neg(%t)
         }}""", opt_level=1)
-    assert (kernels[0] == "MatMul+Pad") is joins, kernels
+    assert ("Conv+Pad" in kernels) is joins, kernels
     assert kernels[-1] == ("Neg" if joins else "Pad+Neg"), kernels
 
 
@@ -265,14 +268,14 @@ def test_nothing_joins_a_kernel_after_its_padded_store():
     # (or joins whatever reads it), never the convolution's epilogue.
     kernels, _ = _compile("""
         graph g(%x: f32[1, 3, 8, 8]) -> (%y: f32[1, 4, 10, 10]) {
-          const %w: f32[4, 3, 1, 1] = random
+          const %w: f32[4, 3, 3, 3] = random
           const %p: i64[8] = [0, 0, 1, 1, 0, 0, 1, 1]
           const %v: f32[] = -1.0
-          %c = Conv(%x, %w)
+          %c = Conv(%x, %w) {pads=[1, 1, 1, 1]}
           %t = Pad(%c, %p, %v)
           %y = Relu(%t)
         }""")
-    assert kernels == ["Conv+Pad", "Relu"], kernels
+    assert kernels[-2:] == ["Conv+Pad", "Relu"], kernels
 
 
 def test_a_padded_store_of_a_batch_of_images_per_row():

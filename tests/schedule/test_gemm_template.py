@@ -485,16 +485,17 @@ SANITIZED = textwrap.dedent("""
     for batch, size in ((1, 21), (3, 6)):
         x = rng.standard_normal((batch, 4, size, size)).astype(np.float32)
         w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+        b = rng.standard_normal(6).astype(np.float32)
         pads = np.array([0, 0, 1, 1, 0, 0, 1, 1], dtype=np.int64)
-        nodes = [helper.make_node("Conv", ["x", "w"], ["t"], kernel_shape=[3, 3],
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[3, 3],
                                   pads=[1, 1, 1, 1]),
                  helper.make_node("Pad", ["t", "pads"], ["y"])]
-        module = ember.compile(model(nodes, [("x", list(x.shape))], {"w": w, "pads": pads}),
-                               sanitize=True)
+        module = ember.compile(model(nodes, [("x", list(x.shape))],
+                                     {"w": w, "b": b, "pads": pads}), sanitize=True)
         xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
         want = np.pad(sum(np.einsum("nchw,mc->nmhw", xp[:, :, r:r + size, q:q + size],
-                                    w[:, :, r, q]) for r in range(3) for q in range(3)),
-                      ((0, 0), (0, 0), (1, 1), (1, 1)))
+                                    w[:, :, r, q]) for r in range(3) for q in range(3))
+                      + b[None, :, None, None], ((0, 0), (0, 0), (1, 1), (1, 1)))
         assert np.allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
         ran += 1
     a = rng.standard_normal((2, 11, 40)).astype(np.float32)
