@@ -23,7 +23,7 @@ from ember.core.traced import is_traced
 from ember.ir.compute import ComputeContext, Reduce, Stage, Tensor, placeholder
 from ember.ir.graph import Node
 from ember.lower.flatten import element_offset, flatten
-from ember.lower.inline import inline_stages
+from ember.lower.inline import _at_own_index, inline_stages
 from ember.ir.loop.affine import local_stride
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import INDEX, Binary, BufferLoad, Const, Expr, Load, Select, Var
@@ -126,6 +126,8 @@ def lower_compute(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]
         if t.stage is not None:
             rename.setdefault(id(t), b)
     buffer_map = {t.buffer: rename[id(t)] for t in outputs if id(t) in rename}
+    for stage, into in _stored_in_outputs(stages, outputs, placements):
+        buffer_map[stage.output.buffer] = buffer_map[into.output.buffer]
     scratch: list[Buffer] = []
     for stage in stages:
         if stage.output.buffer not in buffer_map:
@@ -139,6 +141,35 @@ def lower_compute(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]
     params = tuple(t.buffer for t in inputs) + tuple(out_buffers) + tuple(scratch)
     return PrimFunc(name, params, _canonical_names(simplify(body)),
                     tuple(attrs) + (("scratch", len(scratch)),))
+
+
+def _stored_in_outputs(stages: list[Stage], outputs: Sequence[Tensor],
+                       placements: Mapping[int, Placement]) -> list[tuple[Stage, Stage]]:
+    """(stage, last stage) pairs where an intermediate stage can be stored in the buffer of
+    the last stage's output instead of a scratch of its own: the last stage computes an
+    output of the same shape and type elementwise, reading the intermediate only at its own
+    index, and every other reader of the intermediate runs before it (a softmax's
+    exponentials, summed by one stage and divided by the last: kept in the output, they
+    are not a second tensor-sized buffer written out to memory and read back)."""
+    if not stages:
+        return []
+    last = stages[-1]
+    # (inlining rebuilds stages: an output is known by its buffer)
+    positions = [i for i, t in enumerate(outputs) if t.buffer == last.output.buffer]
+    if len(positions) != 1 or positions[0] in placements or \
+            any(isinstance(n, Reduce) for n in walk(last.body)):
+        return []
+    produced = {t.buffer for t in outputs}
+    for stage in stages[:-1]:
+        if stage.output.buffer in produced or stage.output.shape != last.output.shape or \
+                stage.output.dtype != last.output.dtype:
+            continue
+        reads = [n for n in walk(last.body)
+                 if isinstance(n, BufferLoad) and n.buffer == stage.output.buffer]
+        if reads and all(n.mask is None and not n.flat and _at_own_index(n, last)
+                         for n in reads):
+            return [(stage, last)]
+    return []
 
 
 def _canonical_names(body: Stmt) -> Stmt:

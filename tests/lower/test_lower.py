@@ -19,7 +19,7 @@ from ember.ir.compute import (compute, const_like, placeholder, reduce_axis,  # 
                               reduce_min, reduce_prod, reduce_sum)
 from ember.ir.loop import (INDEX, Binary, Buffer, Const, For, ForKind, Load,  # noqa: E402
                            PrimFunc, Store, Var, verify_func)
-from ember.ir.loop.expr import Cast  # noqa: E402
+from ember.ir.loop.expr import Call, Cast  # noqa: E402
 from ember.lower.lower import LoweringError, Placement, lower_compute  # noqa: E402
 from ember.ir.loop.affine import local_stride  # noqa: E402
 
@@ -95,10 +95,12 @@ def test_row_reduction_uses_a_scalar_accumulator_and_applies_the_epilogue():
 
 def test_multi_stage_compute_keeps_intermediate_stages_in_scratch_buffers():
     """Stages read at other indices than their own (a row maximum) or read twice and
-    expensive to recompute (exp) are materialized in scratch parameters, which the caller
-    places in the workspace arena; the reduction accumulators stay in registers."""
+    expensive to recompute (exp) are materialized: in scratch parameters, which the caller
+    places in the workspace arena, or -- the exponentials, which the last stage reads only
+    at its own index -- in the output's buffer; the reduction accumulators stay in
+    registers."""
     expect(CASES["softmax"]().lower(), """
-        func softmax(x: f32[5, 11], out0: f32[5, 11], scratch0: f32[5], scratch1: f32[5, 11], scratch2: f32[5]) {
+        func softmax(x: f32[5, 11], out0: f32[5, 11], scratch0: f32[5], scratch1: f32[5]) {
           for i0 in [0, 5) {
             alloc t0: f32[1] local
             t0[0] = -inff
@@ -109,20 +111,20 @@ def test_multi_stage_compute_keeps_intermediate_stages_in_scratch_buffers():
           }
           for i2 in [0, 5) {
             for i3 in [0, 11) {
-              scratch1[(i2 * 11) + i3] = exp((x[(i2 * 11) + i3] - scratch0[i2]))
+              out0[(i2 * 11) + i3] = exp((x[(i2 * 11) + i3] - scratch0[i2]))
             }
           }
           for i4 in [0, 5) {
             alloc t1: f32[1] local
             t1[0] = 0.0f
             for i5 in [0, 11) {
-              t1[0] = t1[0] + scratch1[(i4 * 11) + i5]
+              t1[0] = t1[0] + out0[(i4 * 11) + i5]
             }
-            scratch2[i4] = t1[0]
+            scratch1[i4] = t1[0]
           }
           for i6 in [0, 5) {
             for i7 in [0, 11) {
-              out0[(i6 * 11) + i7] = scratch1[(i6 * 11) + i7] / scratch2[i6]
+              out0[(i6 * 11) + i7] = out0[(i6 * 11) + i7] / scratch1[i6]
             }
           }
         }
@@ -446,3 +448,31 @@ def test_a_short_window_is_summed_in_a_register_per_output_element():
     dense, arrays, want = _window_case(4)
     assert "@reduce=True" in str(dense)
     np.testing.assert_allclose(run_outputs(dense, arrays)[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_intermediate_the_last_stage_reads_elementwise_lives_in_the_output():
+    """A softmax's exponentials: summed by one stage, divided elementwise by the last.  They
+    are stored in the output buffer (divided there in place), not in a scratch of the output's
+    size; the result is numpy's.  A last stage that reads the intermediate elsewhere than at
+    its own index (shifted by one) keeps the scratch."""
+    rng = np.random.default_rng(9)
+    xs = rng.standard_normal((6, 10)).astype(np.float32)
+
+    def softmax(shift: int):
+        x = placeholder((6, 10), F32, "x")
+        e = compute((6, 10), lambda i, j: Call("exp", (x[i, j],), F32), "e")
+        k = reduce_axis(10, "k")
+        total = compute((6,), lambda i: reduce_sum(e[i, k], k), "total")
+        y = compute((6, 10), lambda i, j: (e[i, (j + shift) % 10] if shift else e[i, j]) /
+                    total[i], "y")
+        return lower_compute("softmax", [x], [y])
+
+    func = softmax(0)
+    assert [p.shape for p in func.params[2:]] == [(6,)]  # only the sums are scratch
+    want = np.exp(xs.astype(np.float64))
+    want /= want.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(run_outputs(func, [xs])[0], want, rtol=1e-5)
+    shifted = softmax(1)
+    assert [p.shape for p in shifted.params[2:]] == [(6, 10), (6,)]
+    np.testing.assert_allclose(run_outputs(shifted, [xs])[0], np.roll(want, -1, axis=1),
+                               rtol=1e-5)

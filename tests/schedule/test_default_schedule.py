@@ -149,7 +149,7 @@ def test_flat_loop_is_split_into_parallel_chunks_with_a_vectorized_tail():
 
 def test_row_reductions_keep_their_accumulator_loop_serial():
     expect(default_schedule(CASES["softmax"]().lower(), TARGET), """
-        func softmax(x: f32[5, 11], out0: f32[5, 11], scratch0: f32[5], scratch1: f32[5, 11], scratch2: f32[5]) {
+        func softmax(x: f32[5, 11], out0: f32[5, 11], scratch0: f32[5], scratch1: f32[5]) {
           for i0 in [0, 5) {
             alloc t0: f32[1] local
             t0[0] = -inff
@@ -160,20 +160,20 @@ def test_row_reductions_keep_their_accumulator_loop_serial():
           }
           for i2 in [0, 5) {
             vectorized for i3 in [0, 11) {
-              scratch1[(i2 * 11) + i3] = exp((x[(i2 * 11) + i3] - scratch0[i2]))
+              out0[(i2 * 11) + i3] = exp((x[(i2 * 11) + i3] - scratch0[i2]))
             }
           }
           for i4 in [0, 5) {
             alloc t1: f32[1] local
             t1[0] = 0.0f
             for i5 in [0, 11) {
-              t1[0] = t1[0] + scratch1[(i4 * 11) + i5]
+              t1[0] = t1[0] + out0[(i4 * 11) + i5]
             }
-            scratch2[i4] = t1[0]
+            scratch1[i4] = t1[0]
           }
           for i6 in [0, 5) {
             vectorized for i7 in [0, 11) {
-              out0[(i6 * 11) + i7] = scratch1[(i6 * 11) + i7] / scratch2[i6]
+              out0[(i6 * 11) + i7] = out0[(i6 * 11) + i7] / scratch1[i6]
             }
           }
         }
