@@ -603,22 +603,32 @@ def _batch_bindings(em: "_KernelEmitter", s: Gemm | None, linear: str,
         yield
 
 
-def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, str]) -> None:
-    """The fused epilogue on the stored tile: ``out = finish(out)`` over rows x cols."""
+def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, str],
+                   scratch: tuple[str, int] | None = None) -> None:
+    """The fused epilogue on a finished tile, ``t = finish(t)`` over rows x cols: the tile
+    where it was stored in the output, or, with ``scratch`` (its C pointer and row stride),
+    where it lies in the task's scratch (a product whose batch is not folded: its epilogue
+    does not change along a row)."""
     from ember.codegen.c import _Binding
 
     i0, j0, rows, cols = (Var(f"gemm_{n}", INDEX) for n in ("i0", "j0", "rows", "cols"))
     r, c = Var("gemm_r", INDEX), Var("gemm_c", INDEX)
     row, col = i0 + r, j0 + c
-    index = s.out_base + row * s.out_rs + col
-    value = substitute(s.finish, {s.row: row, s.col: col, s.result: Load(s.out, index)})
+    if scratch is None:
+        tile, index = s.out, s.out_base + row * s.out_rs + col
+    else:
+        tile = Buffer("gemm_tile", s.out.dtype, (1,), scope="global", align=4)
+        index = r * scratch[1] + c
+    value = substitute(s.finish, {s.row: row, s.col: col, s.result: Load(tile, index)})
     loop = For(r, _zero(), rows, ForKind.SERIAL,
-               For(c, _zero(), cols, ForKind.VECTORIZED, Store(s.out, index, value)))
+               For(c, _zero(), cols, ForKind.VECTORIZED, Store(tile, index, value)))
     # (A constant-width loop for full tiles was tried: GCC then made the Relu/Clip epilogues
     # of ResNet-18's convolutions slower, 34 -> 48 ms for the model.)
     with ExitStack() as scope:
         for var, key in ((i0, "i0"), (j0, "j0"), (rows, "rows"), (cols, "cols")):
             scope.enter_context(_Binding(em.vars, var, names[key]))
+        if scratch is not None:
+            scope.enter_context(_Binding(em.buffers, tile, scratch[0]))
         em.stmt(loop, depth)
 
 
@@ -640,7 +650,7 @@ def _emit_run_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_r
     if finish is not None and not fold:
         # the epilogue first, on the tile where it lies in the scratch: whole rows of
         # consecutive columns, which vectorize (run by run, a row is a few short pieces)
-        _emit_scratch_epilogue(em, s, depth, tile, c_rs, names)
+        _emit_epilogue(em, s, depth, names, scratch=(tile, c_rs))
         finish = None
     line(depth, f"for (long {r} = 0; {r} < {rows}; ++{r}) {{")
     line(depth + 1, f"for (long {c0} = 0; {c0} < {cols};) {{  /* run by run */")
@@ -689,28 +699,6 @@ def _emit_run_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_r
     line(inner, f"{c0} += {length};")
     line(depth + 1, "}")
     line(depth, "}")
-
-
-def _emit_scratch_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_rs: int,
-                           names: dict[str, str]) -> None:
-    """``finish`` applied in place to a finished tile in the task's scratch (rows x cols at
-    ``tile``, rows ``c_rs`` apart), for a product whose batch is not folded (its epilogue
-    does not change along a row)."""
-    from ember.codegen.c import _Binding
-
-    i0, j0, rows, cols = (Var(f"gemm_{n}", INDEX) for n in ("i0", "j0", "rows", "cols"))
-    r, c = Var("gemm_r", INDEX), Var("gemm_c", INDEX)
-    scratch = Buffer("gemm_tile", s.out.dtype, (1,), scope="global", align=4)
-    index = r * c_rs + c
-    value = substitute(s.finish, {s.row: i0 + r, s.col: j0 + c,
-                                  s.result: Load(scratch, index)})
-    loop = For(r, _zero(), rows, ForKind.SERIAL,
-               For(c, _zero(), cols, ForKind.VECTORIZED, Store(scratch, index, value)))
-    with ExitStack() as scope:
-        for var, key in ((i0, "i0"), (j0, "j0"), (rows, "rows"), (cols, "cols")):
-            scope.enter_context(_Binding(em.vars, var, names[key]))
-        scope.enter_context(_Binding(em.buffers, scratch, tile))
-        em.stmt(loop, depth)
 
 
 def _zero() -> Const:
