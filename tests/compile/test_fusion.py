@@ -27,9 +27,10 @@ def _graph(text: str) -> Graph:
     return infer_shapes(parse_graph(text))
 
 
-def _compile(text: str, opt_level: int = 2):
-    """Compile the graph; check its outputs against the reference on random inputs; return
-    the kernel list as one ``+``-joined op string per kernel."""
+def _compile(text: str, opt_level: int = 2, tolerance: float = 2e-5):
+    """Compile the graph; check its outputs against the reference on random inputs (to
+    ``tolerance``, relative and absolute); return the kernel list as one ``+``-joined op
+    string per kernel."""
     graph = _graph(text)
     module = ember.compile(copy.deepcopy(graph), opt_level=opt_level)
     feeds = {}
@@ -39,7 +40,8 @@ def _compile(text: str, opt_level: int = 2):
     expected = ReferenceExecutor(graph).run(feeds)
     actual = module.run(feeds)
     for name, value in expected.items():
-        np.testing.assert_allclose(actual[name], value, rtol=2e-5, atol=2e-5, err_msg=name)
+        np.testing.assert_allclose(actual[name], value, rtol=tolerance, atol=tolerance,
+                                   err_msg=name)
     build = module.build
     assert build.host_nodes == [], build.report()
     return ["+".join(n.op for n in impl.group.nodes) for impl in build.kernels], build
@@ -289,3 +291,26 @@ def test_a_padded_store_of_a_batch_of_images_per_row():
           %y = MaxPool(%r) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]}
         }""")
     assert "Conv+Relu+Pad" in kernels and kernels[-1] == "MaxPool", kernels
+
+
+def test_a_small_cnn_of_windows_and_padded_stores_matches_the_reference():
+    # Odd sizes, batch 3: a 5x5 depthwise convolution and a 3x3 max pool (short windows,
+    # summed in registers), 3x3 convolutions storing into each other's padding, and a 7x7
+    # depthwise convolution (accumulated in its output) reading a padded store.
+    kernels, _ = _compile("""
+        graph g(%x: f32[3, 8, 23, 29]) -> (%y: f32[3, 8, 12, 15]) {
+          const %w5: f32[8, 1, 5, 5] = random
+          const %wa: f32[8, 8, 3, 3] = random
+          const %ba: f32[8] = random
+          const %wb: f32[8, 8, 3, 3] = random
+          const %w7: f32[8, 1, 7, 7] = random
+          %d = Conv(%x, %w5) {group=8, pads=[2, 2, 2, 2]}
+          %p = MaxPool(%d) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]}
+          %a = Conv(%p, %wa, %ba) {pads=[1, 1, 1, 1]}
+          %r = Relu(%a)
+          %b = Conv(%r, %wb) {pads=[1, 1, 1, 1]}
+          %s = Add(%b, %p)
+          %t = Relu(%s)
+          %y = Conv(%t, %w7) {group=8, pads=[3, 3, 3, 3]}
+        }""", tolerance=2e-4)  # (four layers of float32 sums in another order: values ~10)
+    assert "Conv+Relu+Pad" in kernels and "Conv+Add+Relu+Pad" in kernels, kernels
