@@ -421,33 +421,41 @@ def test_an_output_placed_twice_is_rejected():
 
 
 # ----------------------------------------------------------------------------- short windows
-def _window_case(channels_summed: int):
-    """A 2-D convolution over 3x3 taps of a (C, 9, 12) input; with one channel summed it is
-    depthwise-like (the taps slide along the output rows and columns), with several it is
-    dense (a channel loop of its own)."""
+def _window_case(channels_summed: int, size: int = 3):
+    """A 2-D convolution over size x size taps of a (C, 13, 16) input; with one channel summed
+    it is depthwise-like (the taps slide along the output rows and columns), with several it
+    is dense (a channel loop of its own)."""
     rng = np.random.default_rng(5)
-    xs = rng.standard_normal((channels_summed, 9, 12)).astype(np.float32)
-    ws = rng.standard_normal((channels_summed, 3, 3)).astype(np.float32)
+    xs = rng.standard_normal((channels_summed, 13, 16)).astype(np.float32)
+    ws = rng.standard_normal((channels_summed, size, size)).astype(np.float32)
     x, w = placeholder(xs.shape, F32, "x"), placeholder(ws.shape, F32, "w")
-    c, kh, kw = reduce_axis(channels_summed, "c"), reduce_axis(3, "kh"), reduce_axis(3, "kw")
-    y = compute((7, 10), lambda i, j: reduce_sum(x[c, i + kh, j + kw] * w[c, kh, kw],
-                                                 (c, kh, kw)), "win")
-    want = sum(xs[cc, r:r + 7, q:q + 10].astype(np.float64) * ws[cc, r, q]
-               for cc in range(channels_summed) for r in range(3) for q in range(3))
+    c = reduce_axis(channels_summed, "c")
+    kh, kw = reduce_axis(size, "kh"), reduce_axis(size, "kw")
+    rows, cols = 14 - size, 17 - size
+    y = compute((rows, cols), lambda i, j: reduce_sum(x[c, i + kh, j + kw] * w[c, kh, kw],
+                                                       (c, kh, kw)), "win")
+    want = sum(xs[cc, r:r + rows, q:q + cols].astype(np.float64) * ws[cc, r, q]
+               for cc in range(channels_summed) for r in range(size) for q in range(size))
     return lower_compute("win", [x, w], [y]), [xs, ws], want
 
 
 def test_a_short_window_is_summed_in_a_register_per_output_element():
-    """A depthwise-like window (taps sliding along the output, 9 terms) keeps a local
-    accumulator per output element with its taps inside the output loops; a dense
-    convolution (channels summed too) accumulates into the output row.  Both compute the
-    convolution."""
-    window, arrays, want = _window_case(1)
-    assert "@reduce=True" not in str(window) and "local" in str(window)
-    np.testing.assert_allclose(run_outputs(window, arrays)[0], want, rtol=1e-5, atol=1e-5)
-    dense, arrays, want = _window_case(4)
-    assert "@reduce=True" in str(dense)
-    np.testing.assert_allclose(run_outputs(dense, arrays)[0], want, rtol=1e-5, atol=1e-5)
+    """A depthwise-like window (taps sliding along the output) keeps a local accumulator per
+    output element with its taps inside the output loops -- taps marked to be unrolled past
+    25 of them (7x7), which the C compiler does not unroll by itself; a dense convolution
+    (channels summed too) and a window of more than 49 taps accumulate into the output row.
+    All compute the convolution."""
+    for size, unrolled in ((3, False), (7, True)):
+        window, arrays, want = _window_case(1, size)
+        assert "@reduce=True" not in str(window) and "local" in str(window)
+        assert ("unrolled for" in str(window)) is unrolled
+        np.testing.assert_allclose(run_outputs(window, arrays)[0], want, rtol=1e-5,
+                                   atol=1e-5)
+    for channels, size in ((4, 3), (1, 9)):
+        accumulated, arrays, want = _window_case(channels, size)
+        assert "@reduce=True" in str(accumulated)
+        np.testing.assert_allclose(run_outputs(accumulated, arrays)[0], want, rtol=1e-5,
+                                   atol=1e-5)
 
 
 def test_an_intermediate_the_last_stage_reads_elementwise_lives_in_the_output():
