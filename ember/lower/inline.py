@@ -159,13 +159,13 @@ def _should_inline(stage: Stage, body: Expr, readers: list[Stage],
         return (not _has_reduce(bodies[id(reader)])
                 and reader.output.shape == stage.output.shape
                 and all(access.mask is None and not access.flat
-                        and _at_own_index(access, reader) for _, access in reads))
+                        and at_own_index(access, reader) for _, access in reads))
     if len(reads) == 1:
         return True
     return not _expensive(body)
 
 
-def _at_own_index(access: BufferLoad, reader: Stage) -> bool:
+def at_own_index(access: BufferLoad, reader: Stage) -> bool:
     """Whether ``access`` reads element ``i`` where ``reader`` writes element ``i`` (an axis
     of extent 1 may be indexed by the constant 0, as broadcasting code writes it)."""
     if len(access.indices) != len(reader.axes):

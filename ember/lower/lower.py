@@ -24,7 +24,7 @@ from ember.core.traced import is_traced
 from ember.ir.compute import ComputeContext, Reduce, Stage, Tensor, placeholder
 from ember.ir.graph import Node
 from ember.lower.flatten import element_offset, flatten
-from ember.lower.inline import _at_own_index, inline_stages
+from ember.lower.inline import at_own_index, inline_stages
 from ember.ir.loop.affine import local_stride
 from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import INDEX, Binary, BufferLoad, Const, Expr, Load, Select, Var
@@ -172,7 +172,7 @@ def _stored_in_outputs(stages: list[Stage], outputs: Sequence[Tensor],
             continue
         reads = [n for n in walk(last.body)
                  if isinstance(n, BufferLoad) and n.buffer == stage.output.buffer]
-        if reads and all(n.mask is None and not n.flat and _at_own_index(n, last)
+        if reads and all(n.mask is None and not n.flat and at_own_index(n, last)
                          for n in reads):
             return [(stage, last)]
     return []
