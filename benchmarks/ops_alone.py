@@ -24,6 +24,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+
+def _depthwise(channels: int, size: int, stride: int = 1) -> tuple:
+    """A 3x3 depthwise convolution with bias over a square image, padded to keep its size."""
+    return ("Conv", [1, channels, size, size],
+            {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": channels,
+             "strides": [stride, stride]}, [(channels, 1, 3, 3), (channels,)])
+
+
 # name -> (node, input shape, weights): the issue's single ops, and the zoo's GEMM shapes
 CASES = {
     "conv_transpose": ("ConvTranspose", [1, 128, 32, 32],
@@ -38,15 +46,9 @@ CASES = {
     # MobileNetV2's three kinds of convolution at its largest sizes
     "conv1x1_16to96_112": ("Conv", [1, 16, 112, 112], {"kernel_shape": [1, 1]},
                            [(96, 16, 1, 1), (96,)]),
-    "dwconv3x3_144_56": ("Conv", [1, 144, 56, 56],
-                         {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 144},
-                         [(144, 1, 3, 3), (144,)]),
-    "dwconv3x3_384_14": ("Conv", [1, 384, 14, 14],
-                         {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 384},
-                         [(384, 1, 3, 3), (384,)]),
-    "dwconv3x3_s2_96_112": ("Conv", [1, 96, 112, 112],
-                            {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 96,
-                             "strides": [2, 2]}, [(96, 1, 3, 3), (96,)]),
+    "dwconv3x3_144_56": _depthwise(144, 56),
+    "dwconv3x3_384_14": _depthwise(384, 14),
+    "dwconv3x3_s2_96_112": _depthwise(96, 112, stride=2),
     # grouped convolutions (ResNeXt, RegNet): a product per group on the GEMM template
     "grouped_conv3x3_256_g16_14": ("Conv", [1, 256, 14, 14],
                                    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 16},

@@ -448,6 +448,15 @@ def _task_loop(em: "_KernelEmitter", depth: int, count: int, index: str,
     em.line(depth, "}")
 
 
+def _emit_walk(em: "_KernelEmitter", depth: int, offset: str, rest: str,
+               dims: tuple[tuple[int, int], ...]) -> None:
+    """C that adds to ``offset`` where the walk of (extent, stride) ``dims`` (outer to inner)
+    puts element ``rest``, dividing ``rest`` by the walk's extents (what is left is the
+    element's index past the walk: a folded column's batch element)."""
+    for extent, stride in reversed(dims):
+        em.line(depth, f"{offset} += ({rest} % {extent}) * {stride}; {rest} /= {extent};")
+
+
 def _walk_offsets(dims: tuple[tuple[int, int], ...]) -> list[int]:
     """The offsets of a walk of (extent, stride) dims, outer to inner, in order."""
     offsets = [0]
@@ -468,8 +477,7 @@ def _emit_pack_panel(em: "_KernelEmitter", s: Gemm, inner: int, p: str, bt: str,
     line(inner, f"for (long {q} = 0; {q} < {nr}; ++{q}) {{")
     line(inner + 1, f"const long {j} = {p} * {nr} + {q};")
     line(inner + 1, f"long {rest} = {j}, off = 0;")
-    for extent, stride in reversed(s.b_j_dims):
-        line(inner + 1, f"off += ({rest} % {extent}) * {stride}; {rest} /= {extent};")
+    _emit_walk(em, inner + 1, "off", rest, s.b_j_dims)
     if s.knobs.fold_batch:
         # the rest is the column's batch element: B's base moves with it
         line(inner + 1, f"if ({j} < {s.columns}) {{")
@@ -668,8 +676,7 @@ def _emit_run_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_r
                     f"{length} = {width} - {jj} % {width};")
         rest = fresh("rest")
         line(inner, f"long {out_at} = 0, {rest} = {jj};")
-        for extent, stride in reversed(s.out_j_dims):
-            line(inner, f"{out_at} += ({rest} % {extent}) * {stride}; {rest} /= {extent};")
+        _emit_walk(em, inner, out_at, rest, s.out_j_dims)
     else:
         line(inner, f"const long {out_at} = {jj};")
     line(inner, f"const float *{at} = {tile} + {r} * {c_rs} + {c0};")

@@ -15,6 +15,7 @@ The loop nests are naive on purpose; schedules (``ember.schedule``) make them fa
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
@@ -246,7 +247,10 @@ def _lower_stage(stage: Stage, buffer_map: dict[Buffer, Buffer],
     reduce_nodes = list(dict.fromkeys(n for n in walk(stage.body) if isinstance(n, Reduce)))
     if len(reduce_nodes) > 1:
         raise LoweringError(f"stage {stage.output.name}: at most one Reduce per stage")
-    if reduce_nodes and stage.axes and reduce_nodes[0].dtype == out.dtype and \
+    # a short window is summed in a register whatever its strides (see _is_short_window)
+    window = bool(reduce_nodes and stage.axes and
+                  _is_short_window(reduce_nodes[0], stage.axes))
+    if reduce_nodes and stage.axes and reduce_nodes[0].dtype == out.dtype and not window and \
             _prefers_output_accumulation(stage, reduce_nodes[0]):
         return _rebind_all(_lower_reduction_into_output(stage, reduce_nodes[0], out, index),
                            buffer_map)
@@ -261,8 +265,8 @@ def _lower_stage(stage: Stage, buffer_map: dict[Buffer, Buffer],
         # the taps of a window longer than the C compiler writes out by itself are marked to
         # be (see MAX_WINDOW_TERMS), so that the output loop around them is straight-line
         # code it vectorizes
-        taps = ForKind.UNROLLED if stage.axes and _is_short_window(red, stage.axes) and \
-            _window_terms(red) > MAX_SELF_UNROLLED_TERMS else ForKind.SERIAL
+        taps = ForKind.UNROLLED if window and _window_terms(red) > MAX_SELF_UNROLLED_TERMS \
+            else ForKind.SERIAL
         for axis in reversed(red.axes):
             update = For(axis.var, Const(0, INDEX), Const(axis.extent, INDEX), taps, update)
         epilogue = rewrite(stage.body, lambda n: acc_value if n == red else None)
@@ -336,8 +340,6 @@ def _prefers_output_accumulation(stage: Stage, red: Reduce) -> bool:
         return False
     extents = {a: e for a, e in zip(stage.axes, stage.output.shape)}
     extents.update({r: r.extent for r in red.axes})
-    if _is_short_window(red, stage.axes):
-        return False
     used = False
     for node in walk(red.source):
         if not isinstance(node, (Load, BufferLoad)):
@@ -409,7 +411,7 @@ def fill_border(out: Buffer, before: Sequence[int], inner: Sequence[int], fill: 
     padding are one loop around everything, so the nests share an outer (parallel) loop.
     Every loop has a variable of its own (sibling loops over one axis too)."""
     shape = [int(d) for d in out.shape]
-    count = iter(range(1 << 30))
+    count = itertools.count()
 
     def loop(axis: int, start: int, stop: int, bound: list[Var],
              body_of) -> Stmt:
