@@ -247,16 +247,23 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     # traced build may leave any count)
     most_rows = mr if is_traced(s.m) else min(mr, s.m)
 
+    turned = knobs.vector_rows
+    if turned:
+        # (the tile turned around: B's panel columns are the broadcast rows of the kernel,
+        # A's strip rows its vectors)
+        most_rows = knobs.nr if is_traced(s.columns) else min(knobs.nr, s.columns)
+
     def kernels_of(vectors: int, indirect: bool = False) -> dict[int, str]:
+        strip = nr if turned else mr
         if shared:
-            em.ctx.shared_gemm_tiles.add((vectors, lanes, mr))
-            return {rows: packed_micro_kernel(em.ctx.helpers, rows, vectors, lanes, mr,
+            em.ctx.shared_gemm_tiles.add((vectors, lanes, strip))
+            return {rows: packed_micro_kernel(em.ctx.helpers, rows, vectors, lanes, strip,
                                               indirect)
                     for rows in range(1, most_rows + 1)}
         return {rows: micro_kernel(em.ctx.helpers, rows, vectors, lanes, indirect)
                 for rows in range(1, most_rows + 1)}
 
-    kernels = kernels_of(nr // lanes)
+    kernels = kernels_of(knobs.vector_width // lanes)
     # Panels read where they lie in B (GemmKnobs.b_panels_in_place): the full panels that
     # are one run of B's columns; the micro-kernel finds row k at koff[k] from the run.
     in_place = pack_in_task and knobs.b_panels_in_place
@@ -265,7 +272,7 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     # 1), is multiplied by a narrower micro-kernel: as many vectors as its columns need,
     # not NR's worth of multiply-adds on zero padding.
     # (A run-time N leaves any count of columns there: its last panel takes the full one.)
-    tail_vectors = 0 if is_traced(s.columns) else -(-(s.columns % nr) // lanes)
+    tail_vectors = 0 if is_traced(s.columns) or turned else -(-(s.columns % nr) // lanes)
     narrow = kernels_of(tail_vectors) if 0 < tail_vectors < nr // lanes else None
     panels = _panels(s)
     blocks_m, blocks_n, panels_per_task = _task_grid(s)
@@ -347,59 +354,91 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
             line(inner + 2, f"for (long {i0} = {i_lo}; {i0} < {i_hi}; {i0} += {mr}) {{")
             body = inner + 3
             line(body, f"const long {rows} = {i_hi} - {i0} < {mr} ? {i_hi} - {i0} : {mr};")
-            if s.stores_by_runs:
-                c_rs = knobs.nc
-                line(body, f"float *{tile} = {ctile} + ({i0} - {i_lo}) * {c_rs} + "
-                           f"({p} - {p_lo}) * {nr};")
+            if turned:
+                _emit_turned_tile(em, s, body, kernels, shared, {
+                    "panel": panel, "ctile": ctile, "p": p, "p_lo": p_lo, "i0": i0,
+                    "i_lo": i_lo, "pc": pc, "kc": kc, "j0": j0, "rows": rows, "cols": cols})
             else:
-                c_rs = s.out_rs
-                line(body, f"float *{tile} = {em._buffer(s.out)} + ({out_base}) + "
-                           f"{i0} * {s.out_rs} + {j0};")
-            if s.a_packed:  # strips packed at compile time (i0 is a multiple of MR)
-                a_tile = f"{em._buffer(s.a)} + ({i0} / {mr}) * {s.k * mr} + {pc} * {mr}"
-                a_rs, a_cs = 1, mr
-            elif pack_a:
-                a_tile, a_rs, a_cs = f"{apack} + (({i0} - {i_lo}) / {mr}) * {kc} * {mr}", 1, mr
-            else:
-                a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + {pc} * {s.a_cs}"
-                a_rs, a_cs = s.a_rs, s.a_cs
-            # (``accumulate`` stays a run-time flag: one inlined copy per flag value doubled the
-            # code of every GEMM and made ResNet-18's convolutions slower, 34 -> 44 ms)
-            strides = "" if shared else f"{a_rs}, {a_cs}, "
-            call = (f"({kc}, {a_tile}, {strides}{panel}, {b_row}, {tile}, {c_rs}, "
-                    f"{pc} != 0, {cols});")
-            packed = body
-            if direct_kernels is not None:
-                at = f"{sources}[{p} - {p_lo}]"
-                line(body, f"if ({at}) {{  /* the panel where it lies in B */")
-                direct_call = (f"({kc}, {a_tile}, {strides}{at}, {koff} + {pc}, {tile}, {c_rs}, "
-                               f"{pc} != 0, {cols});")
-                _emit_micro_call(em, body + 1, direct_kernels, rows, direct_call)
-                line(body, "} else {")
-                packed = body + 1
-            if narrow is None:
-                _emit_micro_call(em, packed, kernels, rows, call)
-            else:
-                line(packed, f"if ({p} < {panels - 1}) {{")
-                _emit_micro_call(em, packed + 1, kernels, rows, call)
-                line(packed, "} else {")
-                _emit_micro_call(em, packed + 1, narrow, rows, call)
-                line(packed, "}")
-            if direct_kernels is not None:
-                line(body, "}")
-            if s.stores_by_runs:
-                line(body, f"if ({pc} + {kc} == {s.k}) {{")
-                _emit_run_epilogue(em, s, body + 1, tile, c_rs,
+                if s.stores_by_runs:
+                    c_rs = knobs.nc
+                    line(body, f"float *{tile} = {ctile} + ({i0} - {i_lo}) * {c_rs} + "
+                               f"({p} - {p_lo}) * {nr};")
+                else:
+                    c_rs = s.out_rs
+                    line(body, f"float *{tile} = {em._buffer(s.out)} + ({out_base}) + "
+                               f"{i0} * {s.out_rs} + {j0};")
+                if s.a_packed:  # strips packed at compile time (i0 is a multiple of MR)
+                    a_tile = f"{em._buffer(s.a)} + ({i0} / {mr}) * {s.k * mr} + {pc} * {mr}"
+                    a_rs, a_cs = 1, mr
+                elif pack_a:
+                    a_tile = f"{apack} + (({i0} - {i_lo}) / {mr}) * {kc} * {mr}"
+                    a_rs, a_cs = 1, mr
+                else:
+                    a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + " \
+                        f"{pc} * {s.a_cs}"
+                    a_rs, a_cs = s.a_rs, s.a_cs
+                # (``accumulate`` stays a run-time flag: one inlined copy per flag value doubled
+                # the code of every GEMM and made ResNet-18's convolutions slower, 34 -> 44 ms)
+                strides = "" if shared else f"{a_rs}, {a_cs}, "
+                call = (f"({kc}, {a_tile}, {strides}{panel}, {b_row}, {tile}, {c_rs}, "
+                        f"{pc} != 0, {cols});")
+                packed = body
+                if direct_kernels is not None:
+                    at = f"{sources}[{p} - {p_lo}]"
+                    line(body, f"if ({at}) {{  /* the panel where it lies in B */")
+                    direct_call = (f"({kc}, {a_tile}, {strides}{at}, {koff} + {pc}, {tile}, "
+                                   f"{c_rs}, {pc} != 0, {cols});")
+                    _emit_micro_call(em, body + 1, direct_kernels, rows, direct_call)
+                    line(body, "} else {")
+                    packed = body + 1
+                if narrow is None:
+                    _emit_micro_call(em, packed, kernels, rows, call)
+                else:
+                    line(packed, f"if ({p} < {panels - 1}) {{")
+                    _emit_micro_call(em, packed + 1, kernels, rows, call)
+                    line(packed, "} else {")
+                    _emit_micro_call(em, packed + 1, narrow, rows, call)
+                    line(packed, "}")
+                if direct_kernels is not None:
+                    line(body, "}")
+                if s.stores_by_runs:
+                    line(body, f"if ({pc} + {kc} == {s.k}) {{")
+                    _emit_run_epilogue(em, s, body + 1, tile, c_rs,
+                                       {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
+                    line(body, "}")
+                elif s.finish is not None:
+                    line(body, f"if ({pc} + {kc} == {s.k}) {{")
+                    _emit_epilogue(em, s, body + 1,
                                    {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
-                line(body, "}")
-            elif s.finish is not None:
-                line(body, f"if ({pc} + {kc} == {s.k}) {{")
-                _emit_epilogue(em, s, body + 1, {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
-                line(body, "}")
+                    line(body, "}")
             for level in range(inner + 2, inner - 1, -1):
                 line(level, "}")
 
     _task_loop(em, depth, tasks, task, task_body, parallel)
+
+
+def _emit_turned_tile(em: "_KernelEmitter", s: Gemm, depth: int, kernels: dict[int, str],
+                      shared: bool, names: dict[str, str]) -> None:
+    """One tile of a product with its rows along the vectors (``GemmKnobs.vector_rows``):
+    the micro-kernel broadcasts the panel's columns of B (its "rows", 1..NR) against A's
+    compile-time strip of MR rows (its vectors), into the task's scratch, which holds the
+    block column by column (a column's MC rows consecutive); after the last reduction block
+    the tile goes to the output transposed, through the epilogue."""
+    knobs = s.knobs
+    mr, nr, mc = knobs.mr, knobs.nr, knobs.mc
+    panel, ctile, p, p_lo, i0, i_lo, pc, kc, rows, cols = (names[key] for key in (
+        "panel", "ctile", "p", "p_lo", "i0", "i_lo", "pc", "kc", "rows", "cols"))
+    tile = em.names.fresh("tile")
+    em.line(depth, f"float *{tile} = {ctile} + ({p} - {p_lo}) * {nr * mc} + ({i0} - {i_lo});")
+    strip = f"{em._buffer(s.a)} + ({i0} / {mr}) * {s.k * mr} + {pc} * {mr}"
+    strides = "" if shared else f"1, {nr}, "   # the panel, read as an A of NR-row strips
+    # (the kernel's "cols" are the strip's rows that exist: A's last strip may be short)
+    call = f"({kc}, {panel}, {strides}{strip}, {mr}, {tile}, {mc}, {pc} != 0, {rows});"
+    _emit_micro_call(em, depth, kernels, cols, call)
+    em.line(depth, f"if ({pc} + {kc} == {s.k}) {{")
+    _emit_run_epilogue(em, s, depth + 1, tile, 1, {key: names[key] for key in (
+        "i0", "j0", "rows", "cols")}, c_cs=mc)
+    em.line(depth, "}")
 
 
 def _emit_micro_call(em: "_KernelEmitter", depth: int, kernels: dict[int, str], rows: str,
@@ -553,9 +592,9 @@ def _emit_pack_rows(em: "_KernelEmitter", s: Gemm, inner: int, names: tuple[str,
     q, kk, offsets, src, dst = names
     body, k_offset = _open_reduction_loops(em, s, inner, kk)
     line(body, f"const float *row = {src} + {k_offset};")
-    if step == 1:
+    lanes = s.knobs.lanes
+    if step == 1 and nr % lanes == 0:
         # whole vectors (GCC expanded a memcpy of the 64-byte row into four 16-byte moves)
-        lanes = s.knobs.lanes
         vector = unaligned_vector_type(em.ctx.helpers, lanes)
         for q_at in range(0, nr, lanes):
             line(body, f"*({vector} *)({dst} + {kk} * {nr} + {q_at}) = "
@@ -612,24 +651,31 @@ def _batch_bindings(em: "_KernelEmitter", s: Gemm | None, linear: str,
 
 
 def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, str],
-                   scratch: tuple[str, int] | None = None) -> None:
+                   scratch: tuple[str, int, int] | None = None) -> None:
     """The fused epilogue on a finished tile, ``t = finish(t)`` over rows x cols: the tile
-    where it was stored in the output, or, with ``scratch`` (its C pointer and row stride),
-    where it lies in the task's scratch (a product whose batch is not folded: its epilogue
-    does not change along a row)."""
+    where it was stored in the output, or, with ``scratch`` (its C pointer, row stride and
+    column stride), where it lies in the task's scratch (a product whose batch is not
+    folded: its epilogue does not change along a row).  The inner loop runs along the
+    tile's consecutive elements."""
     from ember.codegen.c import _Binding
 
     i0, j0, rows, cols = (Var(f"gemm_{n}", INDEX) for n in ("i0", "j0", "rows", "cols"))
     r, c = Var("gemm_r", INDEX), Var("gemm_c", INDEX)
     row, col = i0 + r, j0 + c
+    by_columns = False
     if scratch is None:
         tile, index = s.out, s.out_base + row * s.out_rs + col
     else:
         tile = Buffer("gemm_tile", s.out.dtype, (1,), scope="global", align=4)
-        index = r * scratch[1] + c
+        index = r * scratch[1] + c * scratch[2]
+        by_columns = scratch[2] != 1
     value = substitute(s.finish, {s.row: row, s.col: col, s.result: Load(tile, index)})
-    loop = For(r, _zero(), rows, ForKind.SERIAL,
-               For(c, _zero(), cols, ForKind.VECTORIZED, Store(tile, index, value)))
+    if by_columns:
+        loop = For(c, _zero(), cols, ForKind.SERIAL,
+                   For(r, _zero(), rows, ForKind.VECTORIZED, Store(tile, index, value)))
+    else:
+        loop = For(r, _zero(), rows, ForKind.SERIAL,
+                   For(c, _zero(), cols, ForKind.VECTORIZED, Store(tile, index, value)))
     # (A constant-width loop for full tiles was tried: GCC then made the Relu/Clip epilogues
     # of ResNet-18's convolutions slower, 34 -> 48 ms for the model.)
     with ExitStack() as scope:
@@ -641,12 +687,12 @@ def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, s
 
 
 def _emit_run_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_rs: int,
-                       names: dict[str, str]) -> None:
-    """Store a finished tile, accumulated in the task's scratch, run by run (through
-    ``finish`` when there is one): with the batch folded into the columns, a run ends where
-    a batch element's columns do and goes to that element's output; with the output in runs
-    (``out_j_dims``), a run ends where a run of the output does and goes where the walk puts
-    its first column."""
+                       names: dict[str, str], c_cs: int = 1) -> None:
+    """Store a finished tile, accumulated in the task's scratch (element (r, c) at
+    ``r * c_rs + c * c_cs``), run by run (through ``finish`` when there is one): with the
+    batch folded into the columns, a run ends where a batch element's columns do and goes
+    to that element's output; with the output in runs (``out_j_dims``), a run ends where a
+    run of the output does and goes where the walk puts its first column."""
     from ember.codegen.c import _Binding
 
     fresh, line = em.names.fresh, em.line
@@ -658,7 +704,7 @@ def _emit_run_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_r
     if finish is not None and not fold:
         # the epilogue first, on the tile where it lies in the scratch: whole rows of
         # consecutive columns, which vectorize (run by run, a row is a few short pieces)
-        _emit_epilogue(em, s, depth, names, scratch=(tile, c_rs))
+        _emit_epilogue(em, s, depth, names, scratch=(tile, c_rs, c_cs))
         finish = None
     line(depth, f"for (long {r} = 0; {r} < {rows}; ++{r}) {{")
     line(depth + 1, f"for (long {c0} = 0; {c0} < {cols};) {{  /* run by run */")
@@ -679,13 +725,13 @@ def _emit_run_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_r
         _emit_walk(em, inner, out_at, rest, s.out_j_dims)
     else:
         line(inner, f"const long {out_at} = {jj};")
-    line(inner, f"const float *{at} = {tile} + {r} * {c_rs} + {c0};")
+    line(inner, f"const float *{at} = {tile} + {r} * {c_rs} + {c0} * {c_cs};")
     row_var, start, count, place = (Var(f"gemm_{n}", INDEX)
                                     for n in ("row", "j", "length", "out_at"))
     c = Var("gemm_c", INDEX)
-    run = Buffer("gemm_run", s.out.dtype, (s.knobs.nr,), scope="global", align=4)
+    run = Buffer("gemm_run", s.out.dtype, (s.knobs.nr * c_cs,), scope="global", align=4)
     index = s.out_base + row_var * s.out_rs + place + c
-    value: Expr = Load(run, c)
+    value: Expr = Load(run, c * c_cs)
     if finish is not None:
         value = substitute(finish, {s.row: row_var, s.col: start + c, s.result: value})
     loop = For(c, _zero(), count, ForKind.VECTORIZED, Store(s.out, index, value))
@@ -697,7 +743,7 @@ def _emit_run_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, tile: str, c_r
         for var, name in ((row_var, row_name), (start, jj), (count, length), (place, out_at)):
             scope.enter_context(_Binding(em.vars, var, name))
         scope.enter_context(_Binding(em.buffers, run, at))
-        if finish is None:  # a plain copy of the piece
+        if finish is None and c_cs == 1:  # a plain copy of the piece
             destination = em.exprs.expr(simplify(s.out_base + row_var * s.out_rs + place))
             line(inner, f"memcpy({em._buffer(s.out)} + ({destination}), {at}, "
                         f"{length} * sizeof(float));")

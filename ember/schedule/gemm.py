@@ -83,6 +83,11 @@ MANY_ROWS = 160
 # Multiply-adds of one product (per batch element when B differs per element) from which its
 # tasks run on the thread pool.
 PARALLEL_WORK = 1 << 17
+# Rows from which a product whose columns fill their vectors badly turns its tile around
+# (GemmKnobs.vector_rows), and by how much less the rows must waste than the columns: a
+# convolution over a 7x7 image (49 columns: 64 lanes of work) with 512 output channels.
+VECTOR_ROWS_MIN_ROWS = 64
+VECTOR_ROWS_MIN_GAIN = 1.1
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,8 @@ class GemmShape:
     # whether the output's columns lie in runs apart (Gemm.out_in_runs): a task then
     # accumulates its block in a stack scratch, which caps its columns as a fold's are
     out_runs: bool = False
+    # whether A is a constant packed at compile time into row strips (Gemm.a_packed)
+    a_prepacked: bool = False
 
     def folded(self) -> "GemmShape":
         """The shape the template runs with the batch folded into the columns."""
@@ -215,6 +222,8 @@ class GemmChooser:
             return folded_knobs(shape.folded().default_knobs(self.target))
         if not template_pays(shape, self.target):
             return None
+        if vector_rows_pay(shape, self.target):
+            return vector_rows_knobs(shape, self.target)
         knobs = shape.default_knobs(self.target)
         return replace(knobs, nc=min(knobs.nc, fold_columns_limit(knobs.mc, knobs.nr))) \
             if shape.out_runs else knobs
@@ -225,6 +234,43 @@ class GemmChooser:
         return replace(gemm.knobs, pack_in_task=pack_in_task_legal,
                        parallel=default_parallel(gemm),
                        b_panels_in_place=pack_in_task_legal and panels_in_place_legal(gemm))
+
+
+def vector_rows_pay(shape: GemmShape, target: Target) -> bool:
+    """The heuristic: turn the register tile around (``GemmKnobs.vector_rows``) for a product
+    of a constant A with at least ``VECTOR_ROWS_MIN_ROWS`` rows whose columns waste at least
+    ``VECTOR_ROWS_MIN_GAIN`` times as many vector lanes as its rows would (49 columns take 64
+    lanes, 512 rows exactly 512)."""
+    if not shape.a_prepacked or is_traced(shape.m) or is_traced(shape.n) or \
+            shape.m < VECTOR_ROWS_MIN_ROWS:
+        return False
+    lanes = target.lanes_for(DType.FLOAT32)
+    if lanes < 4:
+        return False
+
+    def waste(size: int) -> float:
+        return -(-size // lanes) * lanes / size
+
+    return waste(shape.n) >= VECTOR_ROWS_MIN_GAIN * waste(shape.m)
+
+
+def vector_rows_tiles(target: Target) -> list[tuple[int, int]]:
+    """Register tiles (rows, columns) with the rows along the vectors: the usual tiles
+    turned around."""
+    return [(cols, rows) for rows, cols in tile_choices(target)]
+
+
+def vector_rows_knobs(shape: GemmShape, target: Target,
+                      tile: tuple[int, int] | None = None) -> GemmKnobs:
+    """The default blocking of a product with its rows along the vectors: the target's
+    tile turned around (or ``tile``), tasks as wide as their scratch block allows, A in
+    strips and B in packed panels."""
+    if tile is None:
+        rows, cols = register_tile_columns(target)
+        tile = (cols, rows)
+    knobs = default_knobs(shape.m, shape.n, shape.k, shape.batch, target, tile)
+    return replace(knobs, nc=min(knobs.nc, fold_columns_limit(knobs.mc, knobs.nr)),
+                   pack_a=True, b_in_place=False, vector_rows=True)
 
 
 class ReplayChooser(GemmChooser):
@@ -312,6 +358,7 @@ def panels_in_place_legal(gemm: Gemm) -> bool:
     one element apart (a stride-1 convolution's input)."""
     # (the table of row offsets is a constant of the kernel: sizes known at compile time)
     return gemm.pack is not None and not gemm.b_direct and not gemm.b_packed and \
+        not gemm.knobs.vector_rows and \
         bool(gemm.b_j_dims) and gemm.b_j_dims[-1][1] == 1 and not is_traced(gemm.k) and \
         not any(is_traced(value) for dim in gemm.b_k_dims for value in dim)
 
@@ -389,18 +436,19 @@ def _choose_and_pack(gemm: Gemm, stmts: list[Stmt], position: int, consumed: int
     contiguous = not b_prepacked and gemm.b_is_matrix and gemm.b_j_dims[0][1] == 1
     run = gemm.b_j_dims[-1] if gathered and not b_prepacked and gemm.b_j_dims else (0, 0)
     row_width = run[0] if run[1] == 1 and not is_traced(run[0]) else 0
+    a_prepacked = a_param in constant_params and not a_elsewhere and gemm.a != gemm.b and \
+        isinstance(gemm.a_base, Const) and gemm.m > 1
     knobs = chooser.knobs(index, GemmShape(gemm.m, gemm.n, gemm.k, batch, products,
                                            b_prepacked, gathered,
                                            _foldable(gemm, b_prepacked), contiguous,
-                                           row_width, gemm.out_in_runs))
+                                           row_width, gemm.out_in_runs, a_prepacked))
     if knobs is None:
         return None
     gemm = replace(gemm, knobs=knobs)
-    if (gathered or knobs.fold_batch) and not b_prepacked and \
+    if (gathered or knobs.fold_batch or knobs.vector_rows) and not b_prepacked and \
             4 * _panels(gemm) * knobs.nr * gemm.k > MAX_PACK_BYTES:
         return None  # an im2col too large for scratch: the plain loops stream it instead
-    if a_param in constant_params and not a_elsewhere and gemm.a != gemm.b and \
-            isinstance(gemm.a_base, Const) and gemm.m > 1:
+    if a_prepacked:
         # a constant A (a convolution's weights) in MR-row strips: the transposed
         # matrix packed like B, panels of MR "columns"
         mr = knobs.mr

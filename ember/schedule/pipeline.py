@@ -41,7 +41,8 @@ from ember.schedule.config import Decisions, KernelConfig, Knob
 from ember.schedule.default import default_schedule
 from ember.schedule.gemm import (GemmChooser, GemmShape, Prepack, default_parallel,
                                  fold_columns_limit, fold_pays, panels_in_place_legal,
-                                 template_pays, tile_choices)
+                                 template_pays, tile_choices, vector_rows_knobs,
+                                 vector_rows_pay, vector_rows_tiles)
 from ember.schedule.primitives import Schedule, Trace
 from ember.schedule.row_fusion import fuse_row_nests
 
@@ -230,10 +231,21 @@ class _ConfigGemmChooser(GemmChooser):
             "fold the batch into the columns: one product, A streamed once for the batch")
         if fold:
             shape = shape.folded()
-        default = shape.default_knobs(self.target)
-        mr, nr = ask(f"{name}.tile", (default.mr, default.nr), tile_choices(self.target),
-                     "register tile of the micro-kernel: rows x columns")
-        proposed = shape.default_knobs(self.target, tile=(mr, nr))
+        turned = not fold and shape.a_prepacked and ask(
+            f"{name}.vector_rows", vector_rows_pay(shape, self.target), [False, True],
+            "turn the register tile around: rows along the vectors, columns broadcast "
+            "(a product with few columns)")
+        if turned:
+            default = vector_rows_knobs(shape, self.target)
+            mr, nr = ask(f"{name}.tile", (default.mr, default.nr),
+                         vector_rows_tiles(self.target),
+                         "register tile of the micro-kernel: rows (vectors) x columns")
+            proposed = vector_rows_knobs(shape, self.target, tile=(mr, nr))
+        else:
+            default = shape.default_knobs(self.target)
+            mr, nr = ask(f"{name}.tile", (default.mr, default.nr), tile_choices(self.target),
+                         "register tile of the micro-kernel: rows x columns")
+            proposed = shape.default_knobs(self.target, tile=(mr, nr))
         # (choices from samples: a traced size is planned for by class, see default_knobs)
         m, n, k = plain(shape.m), plain(shape.n), plain(shape.k)
         kc = ask(f"{name}.kc", proposed.kc,
@@ -244,17 +256,18 @@ class _ConfigGemmChooser(GemmChooser):
                  sorted({min(mr * f, rows) for f in (1, 2, 4, 8, 16, 32, 64)}),
                  "rows of a task (a multiple of the tile's rows)")
         columns = -(-n // nr) * nr
-        widest = fold_columns_limit(mc, nr) if fold or shape.out_runs else columns
+        widest = fold_columns_limit(mc, nr) if fold or shape.out_runs or turned else columns
         nc = ask(f"{name}.nc", min(proposed.nc, widest),
                  sorted({min(nr * f, columns, widest) for f in (1, 2, 4, 8, 16, 32, 64)}),
                  "columns of a task (a multiple of the tile's columns)")
-        pack_a = ask(f"{name}.pack_a", proposed.pack_a, [False, True],
-                     "each task copies its block of A into row strips first")
-        in_place = not fold and shape.b_rows_contiguous and ask(
+        # (turned around, A is read in its compile-time strips: no copy to decide)
+        pack_a = turned or ask(f"{name}.pack_a", proposed.pack_a, [False, True],
+                               "each task copies its block of A into row strips first")
+        in_place = not fold and not turned and shape.b_rows_contiguous and ask(
             f"{name}.b_in_place", proposed.b_in_place, [False, True],
             "read B's full panels where B is (its rows are contiguous) instead of packing")
         return GemmKnobs(mr, nr, kc, mc, nc, self.target.lanes_for(DType.FLOAT32), pack_a,
-                         fold_batch=fold, b_in_place=in_place)
+                         fold_batch=fold, b_in_place=in_place, vector_rows=turned)
 
     def finish(self, index: int, gemm: Gemm, pack_in_task_legal: bool) -> GemmKnobs:
         ask, name = self.decisions.choose, f"gemm{index}"

@@ -312,6 +312,63 @@ def test_folding_is_the_default_for_small_images_only():
     assert folded == {(4, 7): True, (4, 32): False, (1, 7): False}
 
 
+@pytest.mark.parametrize("batch,size,out_channels,padded,knobs", [
+    (1, 7, 80, False, {}),                                    # 49 columns, 80 rows
+    (1, 7, 70, True, {}),                                     # a short last strip, runs
+    (2, 5, 96, False, {"gemm0.fold_batch": False, "gemm0.vector_rows": True,
+                       "gemm0.tile": (16, 4), "gemm0.kc": 64, "gemm0.mc": 32}),
+    (1, 6, 40, True, {"gemm0.vector_rows": True, "gemm0.nc": 12, "gemm0.kc": 64}),
+])
+def test_a_product_with_few_columns_turns_its_tile_around(batch, size, out_channels, padded,
+                                                          knobs):
+    """A convolution over a small image with many output channels runs with its rows along
+    the vectors (``GemmKnobs.vector_rows``): the output channels fill the vectors, the few
+    pixels are broadcast, the task's scratch holds the block column by column and the
+    epilogue (bias, residual Add, Relu, and a padded store) writes it transposed -- against
+    numpy's convolution, for short strips, several reduction blocks, several tasks and a
+    batch of two."""
+    x, w = _randn(batch, 8, size, size), _randn(out_channels, 8, 3, 3)
+    bias, skip = _randn(out_channels), _randn(batch, out_channels, size, size)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["t", "skip"], ["u"]),
+             helper.make_node("Relu", ["u"], ["r" if padded else "y"])]
+    expected = np.maximum(_conv_reference(x, w, 1, [1, 1, 1, 1], 1) +
+                          bias[None, :, None, None] + skip, 0)
+    initializers = {"w": w, "b": bias}
+    if padded:
+        nodes.append(helper.make_node("Pad", ["r", "pads"], ["y"]))
+        initializers["pads"] = np.array([0, 0, 1, 1, 0, 0, 1, 1], dtype=np.int64)
+        expected = np.pad(expected, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    model = _model(nodes, [("x", list(x.shape)), ("skip", list(skip.shape))], initializers)
+    module, gemm = _check_with(model, {"x": x, "skip": skip}, expected, knobs)
+    assert gemm.knobs.vector_rows and gemm.a_packed and gemm.out_in_runs is padded
+    assert gemm.knobs.mr % gemm.knobs.lanes == 0 and not gemm.knobs.fold_batch
+
+
+def test_the_tile_turns_around_where_the_columns_waste_lanes_and_the_rows_do_not():
+    """The heuristic turns the tile of a 512-channel convolution over a 7x7 image (49
+    columns: 64 lanes) and of a constant matrix times a 20-column one, not over a 14x14
+    image (196 columns: 208 lanes) nor with too few rows or a run-time A."""
+    turned = {}
+    for name, out_channels, size in (("7x7", 512, 7), ("14x14", 512, 14), ("few rows", 48, 7)):
+        x, w = _randn(1, 16, size, size), _randn(out_channels, 16, 3, 3)
+        nodes = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3],
+                                  pads=[1, 1, 1, 1])]
+        module = _check(_model(nodes, [("x", list(x.shape))], {"w": w}), {"x": x},
+                        _conv_reference(x, w, 1, [1, 1, 1, 1], 1))
+        turned[name] = _gemms(module)[0].knobs.vector_rows
+    a, b = _randn(100, 50), _randn(50, 20)
+    for name, inputs, initializers in (("constant A", [("b", [50, 20])], {"a": a}),
+                                       ("run-time A", [("a", [100, 50]), ("b", [50, 20])], {})):
+        module = _check(_model([helper.make_node("MatMul", ["a", "b"], ["y"])], inputs,
+                               initializers), {"a": a, "b": b} if not initializers else {"b": b},
+                        a.astype(np.float64) @ b)
+        turned[name] = _gemms(module)[0].knobs.vector_rows
+    assert turned == {"7x7": True, "14x14": False, "few rows": False, "constant A": True,
+                      "run-time A": False}
+
+
 def test_a_shared_weight_matmul_batch_is_not_folded_when_a_moves():
     """Folding needs one A for every batch element: a batched product whose A differs per
     element (attention's scores) has no fold_batch knob at all."""
@@ -498,6 +555,25 @@ SANITIZED = textwrap.dedent("""
                       + b[None, :, None, None], ((0, 0), (0, 0), (1, 1), (1, 1)))
         assert np.allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
         ran += 1
+    # a product with few columns, its tile turned around: a short last strip of rows and
+    # the padded store
+    x = rng.standard_normal((1, 8, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((70, 8, 3, 3)).astype(np.float32)
+    pads = np.array([0, 0, 1, 1, 0, 0, 1, 1], dtype=np.int64)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["t"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["t"], ["r"]), helper.make_node("Pad", ["r", "pads"], ["y"])]
+    module = ember.compile(model(nodes, [("x", [1, 8, 7, 7])], {"w": w, "pads": pads}),
+                           sanitize=True)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.pad(np.maximum(sum(np.einsum("nchw,mc->nmhw", xp[:, :, r:r + 7, q:q + 7],
+                                           w[:, :, r, q]) for r in range(3) for q in range(3)),
+                             0), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    assert np.allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+    from ember.ir.loop.functor import walk
+    from ember.ir.loop.stmt import Gemm
+    assert [n.knobs.vector_rows for impl in module.build.kernels
+            for n in walk(impl.func.body) if isinstance(n, Gemm)] == [True]
+    ran += 1
     a = rng.standard_normal((2, 11, 40)).astype(np.float32)
     z = rng.standard_normal((2, 40, 19)).astype(np.float32)
     module = ember.compile(model([helper.make_node("MatMul", ["x", "z"], ["y"])],
@@ -508,4 +584,4 @@ SANITIZED = textwrap.dedent("""
 
 
 def test_gemm_template_is_clean_under_asan_and_ubsan(run_sanitized):
-    assert "ran 8" in run_sanitized(SANITIZED)
+    assert "ran 9" in run_sanitized(SANITIZED)

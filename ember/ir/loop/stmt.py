@@ -107,7 +107,15 @@ class GemmKnobs:
     place (``b_in_place``) rather than packed into panels, and whether the tasks that pack
     their own panels of a gathered B leave the panels that are one run of B's columns where
     they are (``b_panels_in_place``: a stride-1 convolution's panel within one output row is
-    B's rows ``koff[k]`` apart, read by the micro-kernel through that table)."""
+    B's rows ``koff[k]`` apart, read by the micro-kernel through that table).
+
+    With ``vector_rows`` the register tile turns around: ``mr`` rows (a multiple of the
+    vector width) lie along the vectors and ``nr`` columns (any count) are broadcast one by
+    one, for products with many rows and few columns -- a convolution over a 7x7 image has
+    49 columns, four 16-lane vectors' worth (64) of work as columns, none wasted as rows.
+    A's strips (``mr`` rows) are then the vector operand and B's panels (``nr`` columns)
+    the broadcast one; each task accumulates its block in a scratch, column by column, and
+    stores it transposed."""
 
     mr: int
     nr: int
@@ -121,12 +129,20 @@ class GemmKnobs:
     fold_batch: bool = False
     b_in_place: bool = True
     b_panels_in_place: bool = False
+    vector_rows: bool = False
 
     def to_dict(self) -> dict[str, int | bool]:
         return {"mr": self.mr, "nr": self.nr, "kc": self.kc, "mc": self.mc, "nc": self.nc,
                 "lanes": self.lanes, "pack_a": self.pack_a, "pack_in_task": self.pack_in_task,
                 "parallel": self.parallel, "fold_batch": self.fold_batch,
-                "b_in_place": self.b_in_place, "b_panels_in_place": self.b_panels_in_place}
+                "b_in_place": self.b_in_place, "b_panels_in_place": self.b_panels_in_place,
+                "vector_rows": self.vector_rows}
+
+    @property
+    def vector_width(self) -> int:
+        """The side of the register tile that lies along the vectors: ``nr``, or ``mr``
+        with ``vector_rows``."""
+        return self.mr if self.vector_rows else self.nr
 
 
 @dataclass(frozen=True)
@@ -189,8 +205,8 @@ class Gemm(Stmt):
     @property
     def stores_by_runs(self) -> bool:
         """Whether a task accumulates its block in a scratch and stores it run by run (the
-        batch folded into the columns, or the output in runs)."""
-        return self.knobs.fold_batch or self.out_in_runs
+        batch folded into the columns, the output in runs, or tiles turned around)."""
+        return self.knobs.fold_batch or self.out_in_runs or self.knobs.vector_rows
 
     @property
     def b_is_matrix(self) -> bool:

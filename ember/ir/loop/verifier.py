@@ -103,8 +103,12 @@ class _Checker:
         if [math.prod(e for e, _ in dims) for dims in walks] != [s.k, s.n] or \
                 (s.b_packed and not s.b_is_matrix):
             raise self.fail(f"Gemm B walk {walks} does not cover {s.k} x {s.n}")
-        if any(size < 1 for size in (s.m, s.n, s.k)) or s.knobs.nr % s.knobs.lanes:
+        if any(size < 1 for size in (s.m, s.n, s.k)) or s.knobs.vector_width % s.knobs.lanes:
             raise self.fail(f"Gemm of {s.m}x{s.n}x{s.k} with tile {s.knobs}")
+        if s.knobs.vector_rows and (s.b_direct or s.knobs.fold_batch or
+                                    s.knobs.b_panels_in_place or not s.a_packed):
+            raise self.fail("a Gemm with its rows along the vectors reads A in compile-time "
+                            "strips and B in packed panels, one batch element at a time")
 
     def _buffer(self, buffer: Buffer, buffers: set) -> None:
         if buffer not in buffers:
