@@ -265,6 +265,28 @@ def test_a_pad_joins_a_convolution_when_it_surrounds_it_with_one_value(value, mo
     assert kernels[-1] == ("Neg" if joins else "Pad+Neg"), kernels
 
 
+@pytest.mark.parametrize("size, joins", [(7, False), (16, True)])
+def test_a_pointwise_convolution_stores_padded_when_its_output_is_large(size, joins,
+                                                                         monkeypatch):
+    # A 1x1 convolution leaves a small output's padding to a Pad kernel (cheaper than
+    # storing run by run while the tensor is in cache) and stores a large one padded (the
+    # Pad kernel would read and write it from memory); the threshold is scaled down here.
+    import ember.passes.fuse as fuse
+
+    monkeypatch.setattr(fuse, "POINTWISE_PADDED_STORE_BYTES", 4 * 4 * 10 * 10)
+    kernels, _ = _compile(f"""
+        graph g(%x: f32[1, 3, {size}, {size}]) -> (%y: f32[1, 4, {size + 2}, {size + 2}]) {{
+          const %w: f32[4, 3, 1, 1] = random
+          const %b: f32[4] = random
+          const %p: i64[8] = [0, 0, 1, 1, 0, 0, 1, 1]
+          %c = Conv(%x, %w, %b)
+          %r = Relu(%c)
+          %t = Pad(%r, %p)
+          %y = Neg(%t)
+        }}""", opt_level=1)
+    assert kernels == (["Conv+Relu+Pad", "Neg"] if joins else ["Conv+Relu", "Pad+Neg"]), kernels
+
+
 def test_nothing_joins_a_kernel_after_its_padded_store():
     # The Relu after the Pad would apply to the border too: it is a kernel of its own
     # (or joins whatever reads it), never the convolution's epilogue.
