@@ -317,15 +317,17 @@ def test_a_padded_store_of_a_batch_of_images_per_row():
 
 def test_a_small_cnn_of_windows_and_padded_stores_matches_the_reference():
     # Odd sizes, batch 3: a 5x5 depthwise convolution and a 3x3 max pool (short windows,
-    # summed in registers), 3x3 convolutions storing into each other's padding, and a 7x7
-    # depthwise convolution (accumulated in its output) reading a padded store.
-    kernels, _ = _compile("""
-        graph g(%x: f32[3, 8, 23, 29]) -> (%y: f32[3, 8, 12, 15]) {
+    # summed in registers), 3x3 convolutions storing into each other's padding, a 7x7
+    # depthwise convolution (accumulated in its output) reading a padded store, and a
+    # strided depthwise convolution testing its own borders.
+    kernels, build = _compile("""
+        graph g(%x: f32[3, 8, 35, 41]) -> (%y: f32[3, 8, 9, 11]) {
           const %w5: f32[8, 1, 5, 5] = random
           const %wa: f32[8, 8, 3, 3] = random
           const %ba: f32[8] = random
           const %wb: f32[8, 8, 3, 3] = random
           const %w7: f32[8, 1, 7, 7] = random
+          const %w3: f32[8, 1, 3, 3] = random
           %d = Conv(%x, %w5) {group=8, pads=[2, 2, 2, 2]}
           %p = MaxPool(%d) {kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]}
           %a = Conv(%p, %wa, %ba) {pads=[1, 1, 1, 1]}
@@ -333,6 +335,10 @@ def test_a_small_cnn_of_windows_and_padded_stores_matches_the_reference():
           %b = Conv(%r, %wb) {pads=[1, 1, 1, 1]}
           %s = Add(%b, %p)
           %t = Relu(%s)
-          %y = Conv(%t, %w7) {group=8, pads=[3, 3, 3, 3]}
-        }""", tolerance=2e-4)  # (four layers of float32 sums in another order: values ~10)
+          %u = Conv(%t, %w7) {group=8, pads=[3, 3, 3, 3]}
+          %y = Conv(%u, %w3) {group=8, strides=[2, 2], pads=[1, 1, 1, 1]}
+        }""", tolerance=2e-4)  # (five layers of float32 sums in another order: values ~10)
+    # the strided one reads its input unpadded, testing the borders
+    last = str(build.kernels[-1].func)
+    assert "f32[3, 8, 18, 21]" in last and "f32[3, 8, 20, 23]" not in last, last
     assert "Conv+Relu+Pad" in kernels and "Conv+Add+Relu+Pad" in kernels, kernels

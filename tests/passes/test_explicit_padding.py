@@ -1,7 +1,7 @@
 """Making convolution padding explicit (ember/passes/explicit_padding.py): a Conv with ``pads``
 becomes Pad + Conv computing the same values (reference executor before the pass, and ONNX
-Runtime, are the oracles); auto_pad convolutions, unpadded ones and ones of unknown input
-shape are left alone.  A MaxPool's padding becomes a Pad with -inf, where the pool cannot
+Runtime, are the oracles); auto_pad convolutions, unpadded ones, ones of unknown input
+shape and depthwise ones that test their borders more cheaply are left alone.  A MaxPool's padding becomes a Pad with -inf, where the pool cannot
 tell the difference."""
 
 from __future__ import annotations
@@ -93,6 +93,23 @@ def test_padded_conv_becomes_pad_then_conv(case, bias):
     assert recorded.shape == tuple(
         d + (pads[i - 2] + pads[i - 2 + spatial] if i >= 2 else 0) for i, d in enumerate(x_shape))
     assert rewritten.types["c"] == graph.types["c"]
+
+
+@pytest.mark.parametrize("size,strides,explicit", [
+    (20, [1, 1], True),     # 400 output pixels, stride 1: the padded copy's whole rows pay
+    (16, [1, 1], False),    # 256 pixels: the borders cost less than a copy
+    (20, [2, 2], False),    # strided: likewise
+    (9, [1, 2], False),
+])
+def test_a_depthwise_convolution_tests_its_own_borders_where_a_copy_costs_more(
+        size, strides, explicit):
+    x = RNG.standard_normal((1, 6, size, size)).astype(np.float32)
+    _, rewritten, changed = _rewrite_and_compare(
+        _model(x.shape, (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6, "strides": strides},
+               bias=True), x)
+    assert changed == int(explicit)
+    assert [n.op for n in rewritten.nodes] == (["Pad", "Conv", "Relu"] if explicit else
+                                               ["Conv", "Relu"])
 
 
 def test_float64_conv_is_rewritten_too():
