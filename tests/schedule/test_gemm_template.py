@@ -144,13 +144,18 @@ def _conv_reference(x, w, stride, pads, dilation):
 
 # Widths of 12 give output rows narrower than a 16-column panel (every panel is gathered
 # column by column); widths of 40 and 75 give panels within one output row, copied as
-# evenly spaced runs (stride 1, 2, and dilated), beside panels that span two rows.
+# evenly spaced runs (stride 1, 2, and dilated), beside panels that span two rows; widths of
+# 3, 6 and 21 give stride-1 runs of every length class the run copy moves differently (under
+# 4 floats, 4-7, 8-15, 16 and more).
 @pytest.mark.parametrize("batch,stride,pads,dilation,width", [(1, 1, [1, 1, 1, 1], 1, 12),
                                                               (2, 2, [1, 0, 2, 1], 1, 12),
                                                               (1, 1, [0, 0, 0, 0], 2, 12),
                                                               (1, 1, [1, 1, 1, 1], 1, 40),
                                                               (2, 2, [1, 0, 2, 1], 1, 75),
-                                                              (1, 1, [0, 2, 0, 1], 2, 40)])
+                                                              (1, 1, [0, 2, 0, 1], 2, 40),
+                                                              (1, 1, [1, 1, 1, 1], 1, 3),
+                                                              (1, 1, [1, 1, 1, 1], 1, 6),
+                                                              (1, 1, [1, 1, 1, 1], 1, 21)])
 def test_convolution_is_an_im2col_gemm_packed_at_run_time(batch, stride, pads, dilation, width):
     x, w, bias = _randn(batch, 8, 13, width), _randn(20, 8, 3, 3), _randn(20)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], kernel_shape=[3, 3],
