@@ -616,6 +616,8 @@ def max_pool(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     shape = ctx.output_types[0].shape
     if x.dtype.is_float and not propagate_nan:
         return _nan_ignoring_max_pool(x, taps, shape)
+    if _separable(taps):
+        return _separable_max_pool(x, taps, reduce_max, ordered, x.dtype)
 
     def body(n: Expr, c: Expr, *o: Expr) -> Expr:
         t = taps.variables()
@@ -633,17 +635,70 @@ def _nan_ignoring_max_pool(x: Tensor, taps: _Taps, shape) -> Tensor:
     maximum of the numbers and whether there was one, at 1.4x the time; see
     ``lower._combine`` for the selects it lowers to.)"""
     work = compute_dtype(x.dtype)
+    if _separable(taps):
+        wide = _separable_max_pool(x, taps, reduce_fmax, widen, work)
+    else:
+        def body(n: Expr, c: Expr, *o: Expr) -> Expr:
+            t = taps.variables()
+            pos = taps.positions(o, t)
+            return reduce_fmax(widen(x[[n, c] + taps.clamped(pos)]), t,
+                               condition=taps.guard(pos))
 
-    def body(n: Expr, c: Expr, *o: Expr) -> Expr:
-        t = taps.variables()
-        pos = taps.positions(o, t)
-        return reduce_fmax(widen(x[[n, c] + taps.clamped(pos)]), t, condition=taps.guard(pos))
-
+        wide = compute(shape, body, name="maxpool" if work == x.dtype else "maxpool_wide",
+                       dtype=work)
     if work == x.dtype:
-        return compute(shape, body, name="maxpool", dtype=x.dtype)
-    wide = compute(shape, body, name="maxpool_wide", dtype=work)
+        return wide
     return compute(shape, lambda *i: cast(wide[list(i)], x.dtype), name="maxpool",
                    dtype=x.dtype)
+
+
+def _separable(taps: _Taps) -> bool:
+    """Whether a pool's window pays for being taken one axis at a time: more than one axis
+    with several taps, none striding past its window (else the first pass would compute
+    rows that no window reads)."""
+    w = taps.window
+    spread = [k for k in w.kernel if k > 1]
+    return len(spread) > 1 and all(s <= k for s, k in zip(w.strides, w.kernel))
+
+
+def _separable_max_pool(x: Tensor, taps: _Taps, reducer, element, dtype: DType) -> Tensor:
+    """The maximum over a window taken one spatial axis at a time, last axis first: a stage
+    per axis reduces that axis's taps (with that axis's guard), the axes before it still at
+    input size.  A maximum is the same in any grouping (NaN-propagating or NaN-ignoring), and
+    each stage is a short one-dimensional window along the output row, which the C compiler
+    vectorizes; the whole window in one nest stayed scalar (ResNet's 3x3 stride-2 stem pool:
+    ~12x slower in a C experiment, 2.4 ms against 0.2 for one thread)."""
+    w = taps.window
+    current, dims = x, list(x.shape)
+    for axis in reversed(range(len(w.kernel))):
+        if w.kernel[axis] == 1 and not taps.pads_begin[axis] and w.strides[axis] == 1 and \
+                taps.out_dims[axis] == taps.in_dims[axis]:
+            continue  # nothing to reduce along this axis
+        dims[2 + axis] = taps.out_dims[axis]
+        current = compute(tuple(dims), _axis_max(current, taps, axis, reducer, element),
+                          name=f"maxpool_axis{axis}", dtype=dtype)
+    return current
+
+
+def _axis_max(source: Tensor, taps: _Taps, axis: int, reducer, element):
+    """The body of one stage of :func:`_separable_max_pool`: ``reducer`` over the taps of
+    ``axis`` at each output position, taps outside the input skipped."""
+    w = taps.window
+    stride, dilation, pad = w.strides[axis], w.dilations[axis], taps.pads_begin[axis]
+    size = taps.in_dims[axis]
+    leaves = taps._leaves(axis, 0, size)
+
+    def body(*index: Expr) -> Expr:
+        tap = reduce_axis(w.kernel[axis], f"t{axis}")
+        out = index[2 + axis]
+        pos = out * stride - pad + tap * dilation if pad else out * stride + tap * dilation
+        at = list(index)
+        at[2 + axis] = minimum(maximum(pos, Const(0, INDEX)), Const(size - 1, INDEX)) \
+            if leaves else pos
+        guard = logical_and(pos.ge(0), pos.lt(size)) if leaves else None
+        return reducer(element(source[at]), [tap], condition=guard)
+
+    return body
 
 
 def _window_sums(x: Tensor, taps: _Taps, element, name: str, finish=lambda s, o: s,
