@@ -1,8 +1,8 @@
 """Making convolution padding explicit (ember/passes/explicit_padding.py): a Conv with ``pads``
 becomes Pad + Conv computing the same values (reference executor before the pass, and ONNX
 Runtime, are the oracles); auto_pad convolutions, unpadded ones, ones of unknown input
-shape and depthwise ones that test their borders more cheaply are left alone.  A MaxPool's padding becomes a Pad with -inf, where the pool cannot
-tell the difference."""
+shape and depthwise ones that test their borders more cheaply are left alone.  A MaxPool's
+padding becomes a Pad with -inf, where the pool cannot tell the difference."""
 
 from __future__ import annotations
 

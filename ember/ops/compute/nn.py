@@ -442,9 +442,13 @@ class _Taps:
         return [reduce_axis(k, f"t{a}") for a, k in enumerate(self.window.kernel)]
 
     def positions(self, out: Sequence[Expr], taps: Sequence[Expr]) -> list[Expr]:
-        w = self.window
-        return [o * s - p + t * d if p else o * s + t * d
-                for o, t, s, d, p in zip(out, taps, w.strides, w.dilations, self.pads_begin)]
+        return [self.position(axis, o, t) for axis, (o, t) in enumerate(zip(out, taps))]
+
+    def position(self, axis: int, out: Expr, tap: Expr) -> Expr:
+        """The input position tap ``tap`` of the window at ``out`` reads along ``axis``."""
+        stride, dilation = self.window.strides[axis], self.window.dilations[axis]
+        pad = self.pads_begin[axis]
+        return out * stride - pad + tap * dilation if pad else out * stride + tap * dilation
 
     def _leaves(self, axis: int, low: int, high: int) -> bool:
         """Whether some tap along ``axis`` falls outside [low, high)."""
@@ -468,11 +472,21 @@ class _Taps:
                 terms += [pos.ge(low), pos.lt(high)]
         return logical_and(*terms)
 
+    def axis_guard(self, axis: int, pos: Expr) -> Expr | None:
+        """:meth:`guard` along ``axis`` alone (input bounds)."""
+        size = self.in_dims[axis]
+        return logical_and(pos.ge(0), pos.lt(size)) if self._leaves(axis, 0, size) else None
+
     def clamped(self, positions: Sequence[Expr]) -> list[Expr]:
         """``positions`` clamped into the input where they may leave it (safe to load)."""
-        return [minimum(maximum(pos, Const(0, INDEX)), Const(size - 1, INDEX))
-                if self._leaves(axis, 0, size) else pos
-                for axis, (pos, size) in enumerate(zip(positions, self.in_dims))]
+        return [self.axis_clamped(axis, pos) for axis, pos in enumerate(positions)]
+
+    def axis_clamped(self, axis: int, pos: Expr) -> Expr:
+        """:meth:`clamped` along ``axis`` alone."""
+        size = self.in_dims[axis]
+        if not self._leaves(axis, 0, size):
+            return pos
+        return minimum(maximum(pos, Const(0, INDEX)), Const(size - 1, INDEX))
 
 
 def _taps(x: Tensor, kernel: Sequence[int], attrs: dict, out_shape: Sequence[int],
@@ -683,20 +697,12 @@ def _separable_max_pool(x: Tensor, taps: _Taps, reducer, element, dtype: DType) 
 def _axis_max(source: Tensor, taps: _Taps, axis: int, reducer, element):
     """The body of one stage of :func:`_separable_max_pool`: ``reducer`` over the taps of
     ``axis`` at each output position, taps outside the input skipped."""
-    w = taps.window
-    stride, dilation, pad = w.strides[axis], w.dilations[axis], taps.pads_begin[axis]
-    size = taps.in_dims[axis]
-    leaves = taps._leaves(axis, 0, size)
-
     def body(*index: Expr) -> Expr:
-        tap = reduce_axis(w.kernel[axis], f"t{axis}")
-        out = index[2 + axis]
-        pos = out * stride - pad + tap * dilation if pad else out * stride + tap * dilation
+        tap = reduce_axis(taps.window.kernel[axis], f"t{axis}")
+        pos = taps.position(axis, index[2 + axis], tap)
         at = list(index)
-        at[2 + axis] = minimum(maximum(pos, Const(0, INDEX)), Const(size - 1, INDEX)) \
-            if leaves else pos
-        guard = logical_and(pos.ge(0), pos.lt(size)) if leaves else None
-        return reducer(element(source[at]), [tap], condition=guard)
+        at[2 + axis] = taps.axis_clamped(axis, pos)
+        return reducer(element(source[at]), [tap], condition=taps.axis_guard(axis, pos))
 
     return body
 
