@@ -182,11 +182,12 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
         unit_build = scope.enter_context(UnitBuild(options.target, sanitize=options.sanitize)) \
             if options.target.arch != "wasm32" else None
         made = []
+        packed_weights: dict[tuple, str] = {}  # one packed copy of each (weight, layout)
         for impl in impls:
             if impl.func is None:
                 continue
             with _internal_errors(f"scheduling kernel {impl.index} ({_members(impl)})"):
-                _schedule(g, impl, options)
+                _schedule(g, impl, options, packed_weights)
                 impl.func = _element_aligned_inputs(g, impl, impl.func)
                 if trace is not None:
                     impl.func = _with_runtime_dims(impl.func, len(trace.names))
@@ -374,11 +375,14 @@ def node_reads(node: Node) -> list[str]:
     return [n for n in node.inputs if n] + node.implicit_inputs()
 
 
-def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions) -> None:
+def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions,
+              packed_weights: dict[tuple, str]) -> None:
     """Run the loop stages on ``impl``'s kernel with the config its workload key has in
     ``options.kernel_configs`` (else the default heuristic); constant operands the GEMM
-    template packs are packed here, once, into new constants that the step passes instead of
-    the originals."""
+    template packs are packed here into new constants that the step passes instead of the
+    originals.  ``packed_weights`` maps (weight, layout) to the constant already made for it: a
+    weight that several kernels read in one layout (a layer applied many times, shared
+    weights) is packed and stored once."""
     from ember.schedule.pipeline import schedule_kernel
     from ember.schedule.workload import workload_key
 
@@ -394,6 +398,10 @@ def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions) -> None:
     impl.space, impl.stages = scheduled.space, scheduled.stages
     for prepack in scheduled.prepacks:
         source = impl.group.inputs[prepack.param]
+        layout = (source, replace(prepack, param=0))
+        if layout in packed_weights:
+            impl.packed_inputs[prepack.param] = packed_weights[layout]
+            continue
         name = f"{source}.packed{impl.index}"
         while name in g.constants or name in g.types:
             name += "_"
@@ -401,6 +409,7 @@ def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions) -> None:
         g.constants[name] = packed
         g.types[name] = TensorType(DType.from_numpy(packed.dtype), tuple(packed.shape))
         impl.packed_inputs[prepack.param] = name
+        packed_weights[layout] = name
 
 
 def _used_constants(g: Graph, impls: list[KernelImpl]) -> dict[str, np.ndarray]:

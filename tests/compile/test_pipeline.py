@@ -180,6 +180,29 @@ def test_workspace_reuses_memory_along_a_chain():
     np.testing.assert_array_equal(fused(x), np.abs(expected))
 
 
+def test_a_weight_read_by_several_products_is_packed_and_stored_once(tmp_path):
+    # One layer applied four times (a recurrent step, shared transformer layers): the four
+    # GEMM kernels read one weight in one layout, so the build packs and stores it once.
+    weight = RNG.standard_normal((64, 64)).astype(np.float32) / 8
+    nodes, previous = [], "x"
+    for index in range(4):
+        nodes += [helper.make_node("Gemm", [previous, "W"], [f"g{index}"], transB=1),
+                  helper.make_node("Tanh", [f"g{index}"], [f"t{index}"])]
+        previous = f"t{index}"
+    model = _model(nodes, [_vi("x", F32, [8, 64])], [_vi("t3")], {"W": weight})
+    module = ember.compile(model)
+    assert len(module.build.kernels) == 4
+    assert sum(array.nbytes for array in module.build.weights.values()) < 2 * weight.nbytes
+    x = RNG.standard_normal((8, 64)).astype(np.float32)
+    expected = x
+    for _ in range(4):
+        expected = np.tanh(expected @ weight.T)
+    np.testing.assert_allclose(module(x), expected, rtol=1e-5, atol=1e-5)
+    path = module.save(tmp_path / "shared.ember")
+    assert (path / "weights.safetensors").stat().st_size < 2 * weight.nbytes
+    np.testing.assert_allclose(ember.runtime.load(path)(x), expected, rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------- fallbacks
 
 
