@@ -23,7 +23,7 @@ def import_exported_program(program: "torch.export.ExportedProgram",
     """``symbol_names`` renames size symbols in the input types (see ``import_module``)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
-    program = program.run_decompositions()
+    program = program.run_decompositions(_decompositions(program))
     signature = program.graph_signature
     frozen: dict[str, torch.Tensor] = {}
     for spec in signature.input_specs:
@@ -46,6 +46,22 @@ def import_exported_program(program: "torch.export.ExportedProgram",
     graph = imported.graph
     graph.metadata["producer"] = f"torch.export (torch {torch.__version__})"
     return graph
+
+
+def _decompositions(program: "torch.export.ExportedProgram") -> Any:
+    """Core ATen's decompositions, except for the recurrent layers that ember takes whole
+    (``convert_rnn.convertible``): decomposed, a layer is its time steps written out with a
+    copy of its weights per step."""
+    from ember.frontend.torch.convert_rnn import convertible, recurrent_overloads
+    from ember.passes.unroll_recurrent import MAX_UNROLLED_STEPS
+
+    table = torch.export.default_decompositions()
+    calls = [node for node in program.graph_module.graph.nodes if node.op == "call_function"]
+    for overload in recurrent_overloads():
+        layers = [node for node in calls if node.target == overload]
+        if layers and all(convertible(node, MAX_UNROLLED_STEPS) for node in layers):
+            table.pop(overload, None)
+    return table
 
 
 def import_module(module: torch.nn.Module, example_inputs: Sequence[Any], *,

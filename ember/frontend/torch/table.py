@@ -19,6 +19,7 @@ from ember.frontend.torch import convert_elementwise as ew
 from ember.frontend.torch import convert_index as ix
 from ember.frontend.torch import convert_nn as nn
 from ember.frontend.torch import convert_reduce as red
+from ember.frontend.torch import convert_rnn as rnn
 from ember.frontend.torch import convert_shape as sh
 
 Converter = Callable[..., Any]
@@ -250,6 +251,11 @@ ATEN_TABLE: dict[str, Converter] = {
     "aten._linalg_det.default": nn.linalg_det,
     "aten._linalg_slogdet.default": nn.linalg_slogdet,
     "aten.convolution.default": nn.convolution,
+    # recurrent layers that the AOT route keeps whole (frontend/torch/export.py)
+    "aten.lstm.input": rnn.lstm,
+    "aten.gru.input": rnn.gru,
+    "aten.rnn_tanh.input": rnn.rnn_tanh,
+    "aten.rnn_relu.input": rnn.rnn_relu,
     "aten._native_batch_norm_legit_no_training.default": nn.batch_norm_inference,
     "aten._native_batch_norm_legit_functional.default": nn.batch_norm_functional,
     "aten._native_batch_norm_legit.no_stats": nn.batch_norm_no_stats,

@@ -1,0 +1,110 @@
+"""Recurrent layers through the AOT route (``ember.compile(module, inputs)``).
+
+``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` reach ember as one ``aten.lstm``/``gru``/``rnn_*`` call
+each, and become one ember node per layer (``frontend/torch/convert_rnn.py``) instead of core
+ATen's time steps, which copied the weights per step.  Oracle: torch eager, on layers of
+every flavour (layers, directions, batch-first, without biases, given initial states), and
+the saved artifact run by the bare runtime.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import ember
+import ember.runtime
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+class _Wrapped(nn.Module):
+    """A recurrent layer with every output returned, optionally given initial states."""
+
+    def __init__(self, layer: nn.Module, with_states: bool) -> None:
+        super().__init__()
+        self.layer, self.with_states = layer, with_states
+
+    def forward(self, x, *states):
+        if not self.with_states:
+            output, final = self.layer(x)
+        else:
+            output, final = self.layer(x, states if len(states) > 1 else states[0])
+        finals = final if isinstance(final, tuple) else (final,)
+        return (output, *finals)
+
+
+CASES = {
+    "lstm-2-layers": (nn.LSTM, dict(num_layers=2)),
+    "lstm-bidirectional-batch-first": (nn.LSTM, dict(bidirectional=True, batch_first=True)),
+    "lstm-no-bias": (nn.LSTM, dict(bias=False, num_layers=2)),
+    "gru-bidirectional-2-layers": (nn.GRU, dict(num_layers=2, bidirectional=True)),
+    "gru-batch-first": (nn.GRU, dict(batch_first=True)),
+    "rnn-tanh": (nn.RNN, dict(num_layers=2)),
+    "rnn-relu-bidirectional": (nn.RNN, dict(nonlinearity="relu", bidirectional=True)),
+}
+
+
+def _layer_and_inputs(case: str, with_states: bool, seed: int = 0):
+    kind, options = CASES[case]
+    torch.manual_seed(seed)
+    layer = kind(12, 16, **options)
+    steps, batch = 7, 3
+    x = torch.randn((batch, steps, 12) if options.get("batch_first") else (steps, batch, 12))
+    inputs = [x]
+    if with_states:
+        layers = options.get("num_layers", 1) * (2 if options.get("bidirectional") else 1)
+        count = 2 if kind is nn.LSTM else 1
+        inputs += [torch.randn(layers, batch, 16) for _ in range(count)]
+    return _Wrapped(layer, with_states).eval(), tuple(inputs)
+
+
+@pytest.mark.parametrize("with_states", [False, True], ids=["zero-states", "given-states"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_recurrent_layer_is_one_node_per_layer_and_matches_eager(case, with_states, tmp_path):
+    model, inputs = _layer_and_inputs(case, with_states)
+    module = ember.compile(model, inputs)
+    kind = CASES[case][0].__name__
+    layers = CASES[case][1].get("num_layers", 1)
+    imported = [node.op for node in module.graph.nodes if node.op in ("LSTM", "GRU", "RNN")]
+    assert imported == [kind] * layers
+    assert not module.build.host_nodes  # written out by unroll_recurrent, every kernel compiled
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(*inputs)]
+    arrays = [t.numpy() for t in inputs]
+    outputs = module(*arrays)
+    assert len(outputs) == len(expected)
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    runtime = ember.runtime.load(module.save(tmp_path / "rnn.ember"))
+    for got, want in zip(runtime(*arrays), expected):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_each_weight_is_stored_once():
+    # Decomposed to core ATen, a 2-layer LSTM over 24 steps became ~780 nodes with the input
+    # weights broadcast over time: 3.9 MB of weights for 0.93 MB of parameters.
+    torch.manual_seed(1)
+    model = nn.LSTM(64, 128, num_layers=2).eval()
+    x = torch.randn(24, 2, 64)
+    module = ember.compile(model, (x,))
+    parameters = sum(p.numel() * 4 for p in model.parameters())
+    assert sum(a.nbytes for a in module.build.weights.values()) <= parameters
+    with torch.no_grad():
+        expected = model(x)[0].numpy()
+    np.testing.assert_allclose(module(x.numpy())[0], expected, rtol=RTOL, atol=ATOL)
+
+
+def test_a_projected_lstm_is_decomposed_and_still_correct():
+    # proj_size has no ONNX counterpart: the layer takes core ATen's decomposition instead.
+    torch.manual_seed(2)
+    model = nn.LSTM(8, 16, proj_size=4).eval()
+    x = torch.randn(5, 2, 8)
+    module = ember.compile(model, (x,))
+    assert not any(node.op == "LSTM" for node in module.graph.nodes)
+    with torch.no_grad():
+        expected = [t.numpy() for t in (model(x)[0], *model(x)[1])]
+    for got, want in zip(module(x.numpy()), expected):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
