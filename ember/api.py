@@ -36,7 +36,7 @@ from ember.dynamic_dims import (MAX_REFUSED_TRACES, RUNTIME_DIMS_ENV, GuardFaile
                                 traced_symbols)
 from ember.core.config import env_flag, parse_size
 from ember.core.dims import SymDim, single_symbol
-from ember.core.errors import EmberError, InputError
+from ember.core.errors import EmberError, InputError, UnsupportedOpError
 from ember.core.target import Target
 from ember.ir.graph import Graph
 from ember.ir.types import TensorType
@@ -100,9 +100,13 @@ class Module:
 
     def __init__(self, graph: Graph, options: BuildOptions,
                  input_shapes: Mapping[str, Sequence[int]] | None = None,
-                 dynamic_batch: bool | None = None):
+                 dynamic_batch: bool | None = None, allow_fallbacks: bool = True):
         self.graph = graph
         self.options = options
+        # Whether nodes without a compiled kernel may run as numpy references (then the
+        # artifact needs ember.load(), not the bare runtime); if not, a build with any is an
+        # UnsupportedOpError listing them all.
+        self.allow_fallbacks = allow_fallbacks
         self._variants: dict[tuple, tuple[Build, CompiledModel]] = {}
         # Variants being compiled, so that concurrent first calls wait instead of compiling
         # the same shapes again; the lock guards both dicts and _num_threads.
@@ -160,7 +164,7 @@ class Module:
             if mentions_other_symbols(self.graph):
                 self._split_at_sizes = True  # decided again at the first call's sizes
             else:
-                LOG.info("ember: %s: a specialization per batch size: %s", self.graph.name,
+                LOG.info("%s: a specialization per batch size: %s", self.graph.name,
                          why)
         except EmberError as error:  # the graph is broken; compiling it will say so
             self.batch_split_reason = f"not analysed: {error}"
@@ -182,10 +186,10 @@ class Module:
         try:
             split: BatchSplit | None = analyze_batch_split_at(self.graph, shapes)
             reason = f"decided with the other dims bound to the sizes of {sizes}"
-            LOG.info("ember: %s: the batch runs in blocks, %s", self.graph.name, reason)
+            LOG.info("%s: the batch runs in blocks, %s", self.graph.name, reason)
         except NotSeparable as why:
             split, reason = None, str(why)
-            LOG.info("ember: %s: a specialization per batch size: %s", self.graph.name, why)
+            LOG.info("%s: a specialization per batch size: %s", self.graph.name, why)
         except EmberError as error:  # the graph is broken; compiling it will say so
             split, reason = None, f"not analysed: {error}"
         with self._variants_lock:
@@ -295,7 +299,7 @@ class Module:
             variant = build_traced(self.graph, self.options, shapes, symbols)
         except NotTraceable as why:
             self._refuse(why)
-            LOG.info("ember: %s: the dims %s are compiled into the code: %s", self.graph.name,
+            LOG.info("%s: the dims %s are compiled into the code: %s", self.graph.name,
                      ", ".join(symbols), why)
             return None
         packed = pack_artifact(variant.build)
@@ -307,7 +311,7 @@ class Module:
             if self._num_threads is not None:
                 variant.runtime.set_num_threads(self._num_threads)
             self._traced.append(variant)
-        LOG.info("ember: %s: compiling once for every size of %s (traced at %s; %d guards): %s",
+        LOG.info("%s: compiling once for every size of %s (traced at %s; %d guards): %s",
                  self.graph.name, ", ".join(symbols), variant.describe(variant.trace.samples),
                  len(variant.trace.guards), reason)
         return variant.build, variant.runtime
@@ -336,10 +340,17 @@ class Module:
             reason = self._why_build(shapes)
             with self._variants_lock:
                 self.build_reasons.append(reason)
-            LOG.info("ember: %s: compiling a specialization for input shapes %s: %s",
+            LOG.info("%s: compiling a specialization for input shapes %s: %s",
                      self.graph.name, ", ".join(f"{n}{list(s)}" for n, s in shapes.items()),
                      reason)
         build = build_graph(self.graph, shapes, self.options)
+        if build.host_nodes and not self.allow_fallbacks:
+            raise UnsupportedOpError(
+                [(impl.node.op, impl.node.name, f"no compiled kernel ({impl.reason})")
+                 for impl in build.host_nodes],
+                advice="ember.compile(..., allow_fallbacks=True) runs them as numpy "
+                       "references instead; the saved artifact then needs ember.load() (the "
+                       "ember package), not the bare runtime.")
         # The module runs the artifact a deployment would load, packed and checked by the
         # same code, only without a round trip of its weights through the disk.
         packed = pack_artifact(build)
@@ -535,7 +546,7 @@ class Module:
                 return None
         order = plan_blocks(batch, known)
         if order is None:
-            LOG.info("ember: %s: compiling a batch-1 block, so that every batch size runs "
+            LOG.info("%s: compiling a batch-1 block, so that every batch size runs "
                      "on the compiled blocks %s and 1", self.graph.name, sorted(known))
             order = plan_blocks(batch, known | {1})
             assert order is not None
@@ -666,8 +677,10 @@ class Module:
             if batch_blocks:
                 raise InputError(f"model '{self.graph.name}' cannot be saved in batch blocks: "
                                  f"{self.batch_split_reason or 'its inputs have no dynamic batch'}")
+            _warn_of_fallbacks(build, path)
             return save_artifact(build, path)
         split, builds = plan
+        _warn_of_fallbacks(build, path)
         return save_batch_blocks(builds, split.inputs, split.batch_outputs, path)
 
     def _save_shapes(self, path: str | Path, input_shapes: Mapping[str, Sequence[int]],
@@ -750,7 +763,7 @@ class Module:
             sizes = set(self._block_sizes.get(others, ())) | {shapes[split.inputs[0]][0], 1}
         sizes.discard(0)
         if 1 not in self._block_sizes.get(others, ()):
-            LOG.info("ember: %s: compiling a batch-1 block, so that the saved model runs every "
+            LOG.info("%s: compiling a batch-1 block, so that the saved model runs every "
                      "batch size", self.graph.name)
         builds = {size: self._variant(_with_batch(shapes, size, split), traced=False)[0]
                   for size in sizes}
@@ -867,12 +880,22 @@ def _check_buffers(where: str, kind: str, names: list[str], specs: Sequence[Any]
                                  f"is {spec.describe()}")
 
 
+def _warn_of_fallbacks(build: Build, path: str | Path) -> None:
+    """Say at save time, not when a deployment loads it, that an artifact needs ember."""
+    if build.host_nodes:
+        ops = sorted({impl.node.op for impl in build.host_nodes})
+        LOG.warning("the artifact '%s' runs %d node(s) as numpy references (%s): "
+                    "ember.runtime.load() will refuse it; it loads with ember.load(), which "
+                    "needs the ember package", path, len(build.host_nodes), ", ".join(ops))
+
+
 def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "native",
             opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None,
             sanitize: bool = False, memory_limit: int | str | None = None,
             dynamic_shapes: Any = None, dynamic_batch: bool | None = None,
             threads: int | None = None, base_dir: str | Path | None = None,
-            kernel_configs: Mapping[str, Any] | None = None) -> Module:
+            kernel_configs: Mapping[str, Any] | None = None,
+            allow_fallbacks: bool | None = None) -> Module:
     """Compile an ONNX model (path, bytes, ModelProto), a ``torch.nn.Module`` or an ember
     Graph to native code.
 
@@ -899,6 +922,11 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     (``ember.schedule.config.KernelConfig``, or a mapping of knob names to values): a kernel
     whose key is listed is scheduled with that config, every other one with the default
     heuristic -- what a tuner's records feed.
+    ``allow_fallbacks`` says whether nodes that have no compiled kernel may run as ember's
+    numpy references (an artifact with such nodes loads with ``ember.load``, not with the
+    bare ``ember.runtime.load``); when not, the first build raises an UnsupportedOpError
+    listing every such node.  Default: refused for a torch module (the AOT route promises
+    artifacts that run without ember), allowed for ONNX models.
     """
     threads = check_thread_count(threads)
     if memory_limit is not None:
@@ -908,7 +936,10 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
                            memory_limit=memory_limit,
                            kernel_configs=_kernel_configs(kernel_configs))
-    module = Module(graph, options, input_shapes, dynamic_batch=dynamic_batch)
+    if allow_fallbacks is None:
+        allow_fallbacks = not _is_torch_module(model)
+    module = Module(graph, options, input_shapes, dynamic_batch=dynamic_batch,
+                    allow_fallbacks=allow_fallbacks)
     if threads is not None:
         module.set_num_threads(threads)
     return module

@@ -21,13 +21,14 @@ class UnsupportedOpError(EmberError):
     user sees all of them at once instead of fixing them one by one.
     """
 
-    def __init__(self, unsupported: list[tuple[str, str, str]]):
+    def __init__(self, unsupported: list[tuple[str, str, str]], advice: str = ""):
         self.unsupported = list(unsupported)
         lines = [f"  - {op} (node '{node}'): {reason}" for op, node, reason in self.unsupported]
         ops = sorted({op for op, _, _ in self.unsupported})
         super().__init__(
             f"the model uses {len(ops)} unsupported op type(s) "
             f"({', '.join(ops)}) in {len(self.unsupported)} node(s):\n" + "\n".join(lines)
+            + (f"\n{advice}" if advice else "")
         )
 
 

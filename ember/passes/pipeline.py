@@ -38,6 +38,7 @@ from ember.passes.recognize_swish import recognize_swish
 from ember.passes.simplify import simplify
 from ember.passes.split_wide_variadic import split_wide_variadics
 from ember.passes.unroll_recurrent import unroll_recurrent
+from ember.ops.rnn import CELL_KINDS
 
 # ---------------------------------------------------------------------- the passes
 
@@ -75,6 +76,19 @@ def _compiles(op: str) -> bool:
     fallback, slower than the small ops it replaced."""
     opdef = get_op(op)
     return opdef is not None and opdef.compute is not None
+
+
+# Ops without a compute definition that still end up as compiled code: the recurrent layers
+# (``unroll_recurrent`` writes them out as ops that compile) and sizes (``Shape``, ``Size``:
+# constants once specialization knows the shapes).
+_REWRITTEN_BEFORE_LOWERING = frozenset(CELL_KINDS) | {"Shape", "Size"}
+
+
+def becomes_compiled_code(op: str) -> bool:
+    """Whether a node of ``op`` ends up as native code rather than a numpy reference run on
+    the host.  Approximate where a rewrite can decline (a recurrent layer longer than
+    ``MAX_UNROLLED_STEPS``): the build's ``host_nodes`` have the last word."""
+    return _compiles(op) or op in _REWRITTEN_BEFORE_LOWERING
 
 
 @dataclass(frozen=True)

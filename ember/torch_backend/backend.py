@@ -39,6 +39,7 @@ from ember.core.target import Target
 from ember.driver.pipeline import BuildOptions
 from ember.frontend.torch import import_fx
 from ember.frontend.torch.importer import numpy_to_tensor, tensor_to_numpy
+from ember.frontend.torch.table import target_name
 from ember.ir.graph import Graph
 from ember.torch_backend.partition import (Fallback, copy_meta, flops_of, frozen_of_submodule,
                                            is_size_node, partition)
@@ -60,6 +61,26 @@ class GraphReport:
     flops_compiled: int = 0
     kernels: int = 0  # ember-compiled subgraphs
     recompiles: list[str] = field(default_factory=list)
+    # ATen calls inside ember's parts whose ember nodes run as numpy references (known once
+    # a part has been built, at its first call); counted out of compiled_nodes/flops
+    references: list[Fallback] = field(default_factory=list)
+    flops_by_node: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def count_references(self, build_host_nodes: Sequence[Any], aten_ops: dict[str, str]
+                         ) -> None:
+        """Record the fallback (host) nodes of a part's build: each is the ATen call of the
+        same name, run as a numpy reference inside the part."""
+        known = {fallback.node for fallback in self.references}
+        for impl in build_host_nodes:
+            name = impl.node.name
+            if name in known or name not in aten_ops:
+                continue
+            known.add(name)
+            self.references.append(Fallback(aten_ops[name], name,
+                                            f"runs as a numpy reference inside ember "
+                                            f"({impl.node.op}: {impl.reason})"))
+            self.compiled_nodes -= 1
+            self.flops_compiled -= self.flops_by_node.get(name, 0)
 
 
 class _Reports:
@@ -120,7 +141,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opt
         report.reason = ("a training graph (inputs require grad while autograd is on): ember "
                          "compiles inference only; run under torch.no_grad() or "
                          "torch.inference_mode() to compile it")
-        LOG.warning("ember: graph %d runs in PyTorch: %s", report.index, report.reason)
+        LOG.warning("graph %d runs in PyTorch: %s", report.index, report.reason)
         _announce(report)
         return gm.forward
     weights = _weight_positions(gm, example_inputs)
@@ -230,9 +251,12 @@ class _CompiledGraph:
         report.kernels = len(split.fused)
         fallen = {f.node for f in split.fallbacks}
         report.flops_total = report.flops_compiled = 0
+        report.references = []
+        report.flops_by_node = {}
         for node in self.aten.graph.nodes:
             if node.op == "call_function":
                 count = flops_of(node)
+                report.flops_by_node[node.name] = count
                 report.flops_total += count
                 report.flops_compiled += 0 if node.name in fallen else count
         module = split.module
@@ -241,11 +265,12 @@ class _CompiledGraph:
                 submodule = getattr(module, call.target)
                 copy_meta(call, submodule)
                 kernel = _EmberKernel(submodule, frozen_of_submodule(call, submodule, frozen),
-                                      self.settings, f"graph {report.index} part {call.target}")
+                                      self.settings, f"graph {report.index} part {call.target}",
+                                      report)
                 setattr(module, call.target, kernel)
         module.recompile()
         for fallback in split.fallbacks:
-            LOG.info("ember: graph %d: %s (%s) runs in PyTorch: %s", report.index,
+            LOG.info("graph %d: %s (%s) runs in PyTorch: %s", report.index,
                      fallback.op, fallback.node, fallback.reason)
         _announce(report)
         return module
@@ -264,7 +289,7 @@ class _CompiledGraph:
                     reason = "weights modified since compilation (in place, or their .data " \
                         "replaced)" if variant else \
                         "another set of weight tensors (another module of the class)"
-                    LOG.info("ember: graph %d compiles again: %s", self.report.index, reason)
+                    LOG.info("graph %d compiles again: %s", self.report.index, reason)
                     self.report.recompiles.append(reason)
                     self._remember(current, self._build(current))
                     variant = self._variants[key]
@@ -275,8 +300,13 @@ class _EmberKernel(torch.nn.Module):
     """One ember-compiled part of a graph, called by the partitioned FX graph."""
 
     def __init__(self, submodule: torch.fx.GraphModule, frozen: dict[str, torch.Tensor],
-                 settings: BackendOptions, label: str):
+                 settings: BackendOptions, label: str, report: GraphReport):
         super().__init__()
+        self.report = report
+        # ATen call name -> its op, to name the calls a build runs as numpy references
+        self.aten_ops = {n.name: target_name(n.target) for n in submodule.graph.nodes
+                         if n.op == "call_function"}
+        self._references_counted = False
         imported = import_fx(submodule, frozen=frozen, name="torch_graph")
         placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
         # position in the call's arguments -> ember input name (weights are constants now)
@@ -354,7 +384,11 @@ class _EmberKernel(torch.nn.Module):
             else:
                 feeds[name] = np.array(int(value), dtype=np.int64)
         sizes = tuple(int(feeds.pop(name)) for name in self.size_inputs)
-        results = self._module_for(sizes).run(feeds)
+        module = self._module_for(sizes)
+        results = module.run(feeds)
+        if not self._references_counted:
+            self._references_counted = True
+            self.report.count_references(module.build.host_nodes, self.aten_ops)
         outputs = []
         for name, is_size in zip(self.output_names, self.size_outputs):
             array = results[name]

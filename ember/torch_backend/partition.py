@@ -1,7 +1,8 @@
 """Split an ATen graph into the parts ember compiles and the parts PyTorch runs.
 
 Every call of the graph is probed on its own (``node_problem``: converted over stand-ins of its
-arguments, then checked by shape inference); the supported ones are grouped into the largest
+arguments, then checked by shape inference and for ember ops without a compiled kernel,
+which would run as numpy references); the supported ones are grouped into the largest
 subgraphs that keep the graph acyclic (``CapabilityBasedPartitioner``), each of which becomes
 one ``fused_N`` submodule that ember compiles.  Unsupported nodes stay ATen calls, run by
 PyTorch: that is the fallback, and each one is recorded with its reason.
@@ -18,6 +19,8 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ember.frontend.torch import node_problem
+from ember.ir.graph import Graph
+from ember.passes.pipeline import becomes_compiled_code
 from ember.frontend.torch.table import IGNORED, target_name
 
 
@@ -65,7 +68,7 @@ def partition(gm: torch.fx.GraphModule, frozen: Mapping[str, torch.Tensor]) -> P
         if name in IGNORED:
             continue
         glue = is_size_node(node) or name == "operator.getitem"
-        problem = node_problem(node, frozen)
+        problem = node_problem(node, frozen, check=_compiled_by_ember)
         if problem is None:
             supported.add(node)
         elif not glue:
@@ -81,6 +84,17 @@ def partition(gm: torch.fx.GraphModule, frozen: Mapping[str, torch.Tensor]) -> P
     fused = [n.target for n in fused_module.graph.nodes if n.op == "call_module"
              and str(n.target).startswith("ember_")]
     return Partitioning(fused_module, fused, fallbacks, compute)
+
+
+def _compiled_by_ember(graph: Graph) -> str | None:
+    """A node whose ember ops would run as numpy references stays with PyTorch, whose kernel
+    is faster than a reference and needs no copy across (the call is then reported as a
+    fallback, not as compiled)."""
+    references = sorted({node.op for node in graph.nodes if not becomes_compiled_code(node.op)})
+    if references:
+        return (f"ember has no kernel for {', '.join(references)} (it would run as a numpy "
+                f"reference)")
+    return None
 
 
 def _is_glue(node: torch.fx.Node) -> bool:
@@ -110,21 +124,54 @@ def copy_meta(call: torch.fx.Node, submodule: torch.fx.GraphModule) -> None:
 
 
 def flops_of(node: torch.fx.Node) -> int:
-    """Multiply-add FLOPs of a matmul/conv/attention node (PyTorch's own FLOP formulas),
-    0 for the rest; symbolic sizes count at their traced hint."""
+    """Operations of an ATen call, so that every call counts towards the share ember
+    compiles: PyTorch's own FLOP formulas (matmul, convolution, attention), a recurrent
+    layer's gate products, and one operation per output element for the rest (elementwise
+    work; size arithmetic and tuple indexing count nothing).  Symbolic sizes count at their
+    traced hint."""
     from torch.utils.flop_counter import flop_registry
 
+    if is_size_node(node) or target_name(node.target) == "operator.getitem":
+        return 0
     packet = getattr(node.target, "overloadpacket", None)
     formula = flop_registry.get(packet) if packet is not None else None
-    if formula is None:
-        return 0
-    try:
-        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
-                                             lambda n: n.meta.get("val"))
-        count = formula(*args, out_val=node.meta.get("val"), **kwargs)
-    except Exception:  # noqa: BLE001 -- a formula that does not cover these arguments
-        return 0
-    return _concrete(count)
+    if formula is not None:
+        try:
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
+                                                 lambda n: n.meta.get("val"))
+            return _concrete(formula(*args, out_val=node.meta.get("val"), **kwargs))
+        except Exception:  # noqa: BLE001 -- a formula that does not cover these arguments
+            pass
+    if any(word in str(packet) for word in ("lstm", "gru", "rnn")):
+        return _recurrent_flops(node)
+    return _output_elements(node.meta.get("val"))
+
+
+def _recurrent_flops(node: torch.fx.Node) -> int:
+    """2 x (time steps x batch) x every weight matrix's elements: the gate products of a
+    recurrent layer (``aten.lstm``, ``aten.mkldnn_rnn_layer`` ...); its first argument is the
+    sequence."""
+    def tensors(arg: Any) -> list[torch.Tensor]:
+        if isinstance(arg, (list, tuple)):
+            return [t for item in arg for t in tensors(item)]
+        value = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        return [value] if isinstance(value, torch.Tensor) else []
+
+    found = tensors(list(node.args))
+    if not found or found[0].dim() < 2:
+        return _output_elements(node.meta.get("val"))
+    sequence = found[0]
+    rows = _concrete(sequence.numel()) // max(_concrete(sequence.shape[-1]), 1)
+    weights = sum(_concrete(t.numel()) for t in found[1:] if t.dim() == 2)
+    return 2 * rows * weights
+
+
+def _output_elements(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return _concrete(value.numel())
+    if isinstance(value, (list, tuple)):
+        return sum(_output_elements(item) for item in value)
+    return 0
 
 
 def _concrete(value: Any) -> int:

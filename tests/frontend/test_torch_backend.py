@@ -101,14 +101,105 @@ def test_explain_lists_graph_breaks_fallbacks_and_flop_share() -> None:
             print("a graph break")  # Dynamo cannot trace print: the graph splits here
             return cube_plus_one(self.fc2(y))
 
-    result = explain(Breaking().eval(), torch.randn(2, 8))
+    model, x = Breaking().eval(), torch.randn(2, 8)
+    result = explain(model, x)
     assert result.graph_count == 2
     assert len(result.graph_breaks) == 1 and "print" in result.graph_breaks[0]
     assert [f.op for f in result.fallbacks] == ["ember_test.cube_plus_one.default"]
-    # both Linear layers are compiled: every FLOP PyTorch's formulas count
-    assert result.flops_total == 2 * (2 * 2 * 8 * 8)
-    assert result.compiled_flop_share == 1.0
-    assert "fell back: ember_test.cube_plus_one.default" in str(result)
+    # Every call counts: both Linear layers by PyTorch's formulas (2 x 2 x 8 x 8 each), the
+    # custom op that PyTorch ran by its 2 x 8 output elements.
+    assert result.flops_total >= 2 * (2 * 2 * 8 * 8) + 16
+    assert result.flops_total - result.flops_compiled == 16
+    assert result.compiled_flop_share < 1.0
+    text = str(result)
+    assert "fell back: ember_test.cube_plus_one.default" in text
+    # graphs numbered within the explanation, not across the process
+    assert "  graph 0:" in text and "  graph 1:" in text
+    with torch.no_grad():  # the compiled model comes back, warm: no second compile
+        torch.testing.assert_close(result.compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_explain_says_when_dynamo_captures_nothing() -> None:
+    class Recurrent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.LSTM(4, 8)
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.rnn(x)[0])
+
+    result = explain(Recurrent().eval(), torch.randn(3, 2, 4))
+    # Dynamo (allow_rnn off) leaves the whole forward to Python: nothing reached ember
+    assert result.graph_count == 0 and not result.graphs
+    assert result.compiled_flop_share == 0.0
+    text = str(result)
+    assert "0.0% of FLOPs compiled by ember" in text
+    assert "captured no graph" in text and "LSTM" in text
+
+
+class _Selecting(nn.Module):
+    """A Linear, then ops ember has converters but no kernels for (TopK, sort, scatter)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values, indices = torch.topk(torch.relu(self.fc(x)), 3, dim=-1)
+        spread = torch.zeros(x.shape[0], 10).scatter(1, indices, values)
+        return spread + torch.sort(x, dim=-1)[0].sum(-1, keepdim=True)
+
+
+def test_ops_without_kernels_run_in_pytorch_and_are_not_counted_compiled() -> None:
+    model, x = _Selecting().eval(), torch.randn(4, 6)
+    result = explain(model, x)
+    fallen = {f.op: f.reason for f in result.fallbacks}
+    assert set(fallen) == {"aten.topk.default", "aten.scatter.src", "aten.sort.default"}
+    assert all("no kernel" in reason for reason in fallen.values())
+    (graph,) = result.graphs
+    assert graph.compiled_nodes == graph.compute_nodes - 3
+    assert 0.0 < result.compiled_flop_share < 1.0
+    with torch.no_grad():
+        torch.testing.assert_close(result.compiled(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_explain_counts_numpy_references_inside_ember_parts(monkeypatch) -> None:
+    # Were TopK & co. handed to ember, they would run as numpy references inside its part:
+    # the report must then count them out of what ember compiled.
+    import ember.torch_backend.partition as partition
+
+    monkeypatch.setattr(partition, "becomes_compiled_code", lambda op: True)
+    model, x = _Selecting().eval(), torch.randn(4, 6)
+    result = explain(model, x)
+    (graph,) = result.graphs
+    assert not graph.fallbacks
+    referenced = {f.op for f in graph.references}
+    assert referenced == {"aten.topk.default", "aten.scatter.src", "aten.sort.default"}
+    assert graph.compiled_nodes == graph.compute_nodes - 3
+    assert result.compiled_flop_share < 1.0
+    assert "3 as numpy references" in str(result)
+    with torch.no_grad():
+        torch.testing.assert_close(result.compiled(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_explain_leaves_other_compiled_models_alone() -> None:
+    # torch._dynamo.explain resets Dynamo, which would make every model compiled before
+    # compile again at its next call; ember.explain does not.
+    calls = []
+
+    def counting(gm, example_inputs):
+        calls.append(1)
+        return gm.forward
+
+    first, x = _Block().eval(), torch.randn(1, 3, 8, 8)
+    fast = torch.compile(first, backend=counting)
+    with torch.no_grad():
+        fast(x)
+        compiled_before = len(calls)
+        explain(_Selecting().eval(), torch.randn(4, 6))
+        fast(x)
+    assert compiled_before == 1 and len(calls) == 1
 
 
 def test_tensors_cross_without_copies(monkeypatch) -> None:
@@ -249,6 +340,29 @@ def test_aot_compile_names_every_unsupported_op() -> None:
     with pytest.raises(UnsupportedOpError) as caught:
         ember.compile(_WithCustomOp().eval(), (torch.randn(3, 6),))
     assert "ember_test.cube_plus_one.default" in str(caught.value)
+
+
+def test_aot_compile_refuses_ops_without_kernels_unless_allowed(tmp_path, caplog) -> None:
+    # TopK (from topk and sort) converts but has no compiled kernel: the artifact would need
+    # ember's numpy references, which the bare runtime does not have.
+    model, x = _Selecting().eval(), torch.randn(4, 6)
+    with pytest.raises(UnsupportedOpError) as caught:
+        ember.compile(model, (x,))
+    message = str(caught.value)
+    assert "TopK (node 'topk')" in message and "TopK (node 'sort')" in message
+    assert "ScatterElements (node 'scatter')" in message
+    assert "allow_fallbacks=True" in message
+
+    module = ember.compile(model, (x,), allow_fallbacks=True)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    np.testing.assert_allclose(module(x.numpy()), expected, rtol=1e-5, atol=1e-6)
+    with caplog.at_level(logging.WARNING, logger="ember"):
+        path = module.save(tmp_path / "references.ember")
+    assert "ember.runtime.load() will refuse it" in caplog.text
+    with pytest.raises(EmberError, match="ember.load"):
+        ember.runtime.load(path)
+    np.testing.assert_allclose(ember.load(path)(x.numpy()), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_aot_compile_needs_example_inputs() -> None:

@@ -15,7 +15,7 @@ the ``torch.compile`` backend partitions graphs with it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -118,10 +118,11 @@ def _check_types(node: torch.fx.Node) -> None:
                     raise Unsupported(f"tensor layout {item.layout}")
 
 
-def node_problem(node: torch.fx.Node, frozen: Mapping[str, torch.Tensor] | None = None
-                 ) -> str | None:
+def node_problem(node: torch.fx.Node, frozen: Mapping[str, torch.Tensor] | None = None,
+                 check: Callable[[Graph], str | None] | None = None) -> str | None:
     """Why ``node`` does not convert, or None if it does: the node is converted on its own,
-    over stand-in inputs of its argument's recorded types, and checked by shape inference."""
+    over stand-in inputs of its argument's recorded types, and checked by shape inference,
+    then by ``check`` (given the one-node graph it became; returns a problem or None)."""
     if node.op != "call_function":
         return None
     if target_name(node.target) in IGNORED:
@@ -177,7 +178,7 @@ def node_problem(node: torch.fx.Node, frozen: Mapping[str, torch.Tensor] | None 
         return str(reason)
     except EmberError as error:
         return f"{type(error).__name__}: {error}"
-    return None
+    return check(graph) if check is not None else None
 
 
 # ---------------------------------------------------------------------------- inputs
