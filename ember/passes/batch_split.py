@@ -43,6 +43,26 @@ class Kind(enum.Enum):
     STATIC = "static"
     BATCH = "batch"
     SIZE = "size"
+    # computed from batch data but read only by Shape/Size: its values never matter (the
+    # dynamo exporter's broadcast of two index ranges through Max, to take its shape)
+    SHAPE_ONLY = "shape only"
+
+
+@dataclass(frozen=True)
+class Moved:
+    """Batch data that a Transpose laid out with the batch at ``axis`` (not first).
+
+    The SDPA decomposition of core ATen writes ``[B,H,S,D] -> [S,B,H,D] -> [B,H,S,D]`` around
+    a copy to pick a memory layout.  Such a value keeps its samples apart as long as only
+    layout ops touch it; a Transpose that brings the batch back first makes it BATCH again.
+    Any other op reading it makes the graph not separable (the analysis stays
+    conservative)."""
+
+    axis: int
+
+
+# Ops that may read a Moved value: they carry the batch axis along unchanged.
+_AXIS_PRESERVING = frozenset({"Identity", "Cast", "Neg", "Relu", "Abs"})
 
 
 @dataclass(frozen=True)
@@ -82,7 +102,11 @@ def analyze_batch_split(graph: Graph, known: dict[str, object] | None = None) ->
             batch_inputs.append(name)
         else:
             kinds[name] = Kind.STATIC
+    shape_only = _read_for_shape_only(graph)
     for node in graph.nodes:
+        if id(node) in shape_only:
+            _visit_shape_only(node, kinds)
+            continue
         _visit(graph, node, kinds, known, symbol)
         for name in node.outputs:
             # a shape computation whose value is known and free of N (the sequence length
@@ -95,6 +119,8 @@ def analyze_batch_split(graph: Graph, known: dict[str, object] | None = None) ->
         kind = kinds.get(name, Kind.STATIC)
         if kind is Kind.SIZE or isinstance(kind, IndexKind):
             raise NotSeparable(f"output '{name}' is computed from the batch size itself")
+        if isinstance(kind, Moved):
+            raise NotSeparable(f"output '{name}' has its batch at axis {kind.axis}, not first")
         if kind is Kind.BATCH:
             batch_outputs.append(name)
     return BatchSplit(symbol, tuple(batch_inputs), tuple(batch_outputs))
@@ -267,6 +293,9 @@ def _visit(graph: Graph, node: Node, kinds: dict, known: dict, symbol: str) -> N
             if name:
                 kinds[name] = Kind.STATIC
         return
+    if node.op in ("Shape", "Size") and Kind.SHAPE_ONLY in input_kinds:
+        kinds[node.outputs[0]] = Kind.SIZE
+        return
     own_rows = False  # a GatherND of each sample's own rows (the sample-index idiom)
     if any(isinstance(k, IndexKind) for k in input_kinds):
         if node.op in ("Shape", "Size"):
@@ -283,6 +312,8 @@ def _visit(graph: Graph, node: Node, kinds: dict, known: dict, symbol: str) -> N
         input_kinds = [Kind.BATCH, Kind.STATIC]
     elif is_sample_range(node, kinds, known, symbol):
         kinds[node.outputs[0]] = IndexKind.SAMPLE
+        return
+    if _follows_a_moved_batch(graph, node, input_kinds, kinds, symbol):
         return
     opdef = get_op(node.op)
     rule = RULES.get(node.op)
@@ -316,6 +347,79 @@ def _visit(graph: Graph, node: Node, kinds: dict, known: dict, symbol: str) -> N
         else:
             raise use.fail(f"makes '{name}' of shape {vtype} from batch data: its samples are "
                            f"no longer its leading rows")
+
+
+def _read_for_shape_only(graph: Graph) -> set[int]:
+    """Ids of the nodes whose outputs only Shape/Size nodes read, directly or through other
+    such nodes (and no graph output is among them)."""
+    readers: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for name in [*node.inputs, *node.implicit_inputs()]:
+            if name:
+                readers.setdefault(name, []).append(node)
+    outputs = set(graph.outputs)
+    found: set[int] = set()
+    for node in reversed(graph.nodes):
+        if node.op in ("Shape", "Size") or any(node.subgraphs()):
+            continue
+        names = [n for n in node.outputs if n]
+        if names and not outputs.intersection(names) and all(
+                reader.op in ("Shape", "Size") or id(reader) in found
+                for name in names for reader in readers.get(name, [])) and \
+                any(readers.get(name) for name in names):
+            found.add(id(node))
+    return found
+
+
+def _visit_shape_only(node: Node, kinds: dict) -> None:
+    """A node read only for its shape: its outputs' values do not matter (Shape of them is
+    then SIZE, as Shape of any batch value is)."""
+    static = all(kinds.get(n, Kind.STATIC) is Kind.STATIC for n in node.inputs if n)
+    for name in node.outputs:
+        if name:
+            kinds[name] = Kind.STATIC if static else Kind.SHAPE_ONLY
+
+
+def _follows_a_moved_batch(graph: Graph, node: Node, input_kinds: list, kinds: dict,
+                           symbol: str) -> bool:
+    """Set the kind of a Transpose that moves the batch axis, or of a layout op reading such
+    a value (see :class:`Moved`); False for every other node."""
+    moved = [k for k in input_kinds if isinstance(k, Moved)]
+    moves_batch = node.op == "Transpose" and input_kinds[0] is Kind.BATCH and \
+        _batch_axis_after(node, 0) not in (None, 0)
+    if not moved and not moves_batch:
+        return False
+    if moved and (len(node.inputs) != 1 or not (node.op == "Transpose" or
+                                                 node.op in _AXIS_PRESERVING)):
+        raise NotSeparable(f"node '{node.name}' ({node.op}) reads batch data whose batch axis "
+                           f"a Transpose moved to axis {moved[0].axis}")
+    axis = _batch_axis_after(node, moved[0].axis if moved else 0) \
+        if node.op == "Transpose" else moved[0].axis
+    name = node.outputs[0]
+    if axis is None:
+        raise NotSeparable(f"node '{node.name}' (Transpose) reverses the axes of batch data")
+    vtype = _tensor_type(graph, name)
+    if axis == 0 and _batch_factor(vtype, symbol) is not None:
+        kinds[name] = Kind.BATCH
+    elif axis != 0 and _batch_factor(_axis_first(vtype, axis), symbol) is not None:
+        kinds[name] = Moved(axis)
+    else:
+        raise NotSeparable(f"node '{node.name}' ({node.op}) makes '{name}' of shape {vtype} "
+                           f"from batch data: its batch axis is lost")
+    return True
+
+
+def _batch_axis_after(node: Node, axis: int) -> int | None:
+    """Where a Transpose puts input axis ``axis`` (None: a reversal without ``perm``)."""
+    perm = node.attrs.get("perm")
+    if perm is None or not len(perm):
+        return None
+    return [int(p) for p in perm].index(axis)
+
+
+def _axis_first(vtype: TensorType, axis: int) -> TensorType:
+    shape = list(vtype.shape)
+    return TensorType(vtype.dtype, (shape[axis], *shape[:axis], *shape[axis + 1:]))
 
 
 # ----------------------------------------------------------------------------- rules

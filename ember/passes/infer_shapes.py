@@ -151,11 +151,12 @@ def _fold_known_value(node: Node, opdef, attrs: dict[str, Any], known: dict[str,
         if not name:
             continue
         vtype = types.get(name)
-        if not (isinstance(vtype, TensorType) and vtype.is_static and
-                _count(vtype.shape) <= _MAX_FOLD_ELEMENTS):
-            return  # of unknown or large size: running the reference could allocate anything
+        if not (isinstance(vtype, TensorType) and vtype.is_static):
+            return  # of unknown size: running the reference could allocate anything
         if has_traced_dims(vtype.shape):
-            return
+            return  # (before comparing its size, which would guard the traced dims)
+        if _count(vtype.shape) > _MAX_FOLD_ELEMENTS:
+            return  # large: never materialize it just to learn its value
     args = []
     for name in node.inputs:
         if not name:

@@ -165,6 +165,33 @@ def _flat_index(rows: int, stride: int, offsets: str) -> str:
 
 SEPARABLE["flat_sample_index_gather"] = _flat_index(3, 3, "2, 0, 1")
 
+# core ATen's SDPA decomposition: the batch moved off axis 0 around a layout copy, then back
+SEPARABLE["batch_moved_and_back"] = """
+        graph main(%x: f32[N, 2, 3, 4]) -> (%y: f32[N, 3, 2, 4]) {
+          %t = Transpose(%x) {perm=[2, 0, 1, 3]}
+          %c = Identity(%t)
+          %r = Relu(%c)
+          %back = Transpose(%r) {perm=[1, 2, 0, 3]}
+          %y = Transpose(%back) {perm=[0, 2, 1, 3]}
+        }"""
+
+# the dynamo exporter's broadcast of index ranges through Max, read only for its shape
+SEPARABLE["index_ranges_read_for_their_shape"] = """
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
+          const %zero: i64[] = 0
+          const %one: i64[] = 1
+          const %axes: i64[1] = [1]
+          const %columns: i64[1, 4] = [[0, 1, 2, 3]]
+          %shape = Shape(%x)
+          %n = Gather(%shape, %zero)
+          %i = Range(%zero, %n, %one)
+          %rows = Unsqueeze(%i, %axes)
+          %both = Max(%rows, %columns)
+          %target = Shape(%both)
+          %e = Expand(%x, %target)
+          %y = Relu(%e)
+        }"""
+
 # graph, the op that mixes samples (named in the reason)
 MIXING = {
     "softmax_over_the_batch": ("""
@@ -237,6 +264,16 @@ MIXING = {
         graph main(%x: f32[N, 1, 2, 2]) -> (%y: f32[N, 1, 1, 1], %i: i64[N, 1, 1, 1]) {
           %y, %i = MaxPool(%x) {kernel_shape=[2, 2]}
         }""", "MaxPool"),
+    "batch_left_moved_in_an_output": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[4, N]) {
+          %y = Transpose(%x) {perm=[1, 0]}
+        }""", "output 'y' has its batch at axis 1"),
+    "batch_moved_then_reduced_across": ("""
+        graph main(%x: f32[N, 2, 4]) -> (%y: f32[N, 2, 4]) {
+          %t = Transpose(%x) {perm=[1, 0, 2]}
+          %s = Softmax(%t) {axis=1}
+          %y = Transpose(%s) {perm=[1, 0, 2]}
+        }""", "Softmax"),
     "batch_size_as_an_output": ("""
         graph main(%x: f32[N, 4]) -> (%y: f32[N, 4], %s: i64[2]) {
           %y = Relu(%x)
