@@ -41,12 +41,13 @@ def _model(tmp_path, names=("gemm", "gelu", "residual", "einsum", "square", "rel
     nodes = [helper.make_node("Gemm", ["x", "W", "b"], ["h"], transB=1, name=gemm),
              helper.make_node("Gelu", ["h"], ["a"], name=gelu),
              helper.make_node("Add", ["a", "x"], [value], name=residual),
-             helper.make_node("Einsum", [value, "W2"], ["e"], equation="ij,jk->ik",
+             # a diagonal of W2 (the repeated j): an Einsum that lower_einsum leaves alone
+             helper.make_node("Einsum", [value, "W2"], ["e"], equation="ij,jjk->ik",
                               name=einsum),
              helper.make_node("Mul", ["e", "e"], ["m"], name=square),
              helper.make_node("Relu", ["m"], ["y"], name=relu)]
     weights = {"W": RNG.standard_normal((32, 32)), "b": RNG.standard_normal(32),
-               "W2": RNG.standard_normal((32, 8))}
+               "W2": RNG.standard_normal((32, 32, 8))}
     graph = helper.make_graph(
         nodes, "stages", [helper.make_tensor_value_info("x", F32, [batch, 32])],
         [helper.make_tensor_value_info("y", F32, None)],

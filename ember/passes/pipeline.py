@@ -29,6 +29,7 @@ from ember.passes.fold_scale_bias import fold_scale_bias
 from ember.passes.fuse import fuse, op_has_compute
 from ember.passes.horizontal_fusion import fuse_horizontal
 from ember.passes.lower_conv_transpose import lower_conv_transpose
+from ember.passes.lower_einsum import lower_einsum
 from ember.passes.recognize_attention import recognize_attention
 from ember.passes.recognize_gelu import recognize_gelu
 from ember.passes.recognize_hard_swish import recognize_hard_swish
@@ -52,6 +53,7 @@ SPLIT_WIDE_VARIADICS = graph_pass(split_wide_variadics)
 FOLD_BATCHNORM = graph_pass(fold_batchnorm)
 LOWER_CONV_TRANSPOSE = graph_pass(lower_conv_transpose)
 UNROLL_RECURRENT = graph_pass(unroll_recurrent)
+LOWER_EINSUM = graph_pass(lower_einsum)
 FOLD_SCALE_BIAS = graph_pass(fold_scale_bias)
 RECOGNIZE_SOFTMAX = graph_pass(recognize_softmax)
 RECOGNIZE_LAYER_NORM = graph_pass(recognize_layer_norm)
@@ -79,9 +81,9 @@ def _compiles(op: str) -> bool:
 
 
 # Ops without a compute definition that still end up as compiled code: the recurrent layers
-# (``unroll_recurrent`` writes them out as ops that compile) and sizes (``Shape``, ``Size``:
+# and Einsum (``unroll_recurrent`` and ``lower_einsum`` write them as ops that compile) and sizes (``Shape``, ``Size``:
 # constants once specialization knows the shapes).
-_REWRITTEN_BEFORE_LOWERING = frozenset(CELL_KINDS) | {"Shape", "Size"}
+_REWRITTEN_BEFORE_LOWERING = frozenset(CELL_KINDS) | {"Shape", "Size", "Einsum"}
 
 
 def becomes_compiled_code(op: str) -> bool:
@@ -103,6 +105,9 @@ class Pipeline:
 
 
 CLEANUP = (
+    # Einsum -> transposes, reshapes, sums and batched MatMuls instead of the host reference;
+    # first, so that folding then transposes constant operands (weights) once
+    LOWER_EINSUM,
     FOLD_CONSTANTS,          # shape arithmetic, folded weights, Constant nodes
     # ConvTranspose -> stride-1 Conv(s) + pixel interleave; after folding, which may be what
     # makes its weights constant, and before the steps that tidy up what it adds

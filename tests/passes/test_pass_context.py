@@ -53,8 +53,8 @@ def test_every_level_is_a_named_pipeline_and_o2_starts_with_o1():
     assert sorted(pipeline.PIPELINES) == [0, 1, 2]
     assert pipeline.passes_for(0) == []
     o1, o2 = pipeline.passes_for(1), pipeline.passes_for(2)
-    assert [p.name for p in o1] == ["fold_constants", "lower_conv_transpose", "unroll_recurrent",
-                                    "simplify", "eliminate_common_subexpressions",
+    assert [p.name for p in o1] == ["lower_einsum", "fold_constants", "lower_conv_transpose",
+                                    "unroll_recurrent", "simplify", "eliminate_common_subexpressions",
                                     "eliminate_dead_code", "split_wide_variadics", "fuse"]
     # O2 = O1's cleanup, its own rewrites, and fusion last (it sees the final graph)
     assert o2[:len(o1) - 1] == o1[:-1] and o1[-1] == o2[-1] == pipeline.FUSE
@@ -66,7 +66,8 @@ def test_optimize_logs_each_pass_and_the_context_records_timings():
     log: list[str] = []
     context = PassContext()
     pipeline.optimize(graph, 1, log, context=context)
-    assert log == ["fold_constants: 0", "lower_conv_transpose: 0", "unroll_recurrent: 0",
+    assert log == ["lower_einsum: 0", "fold_constants: 0", "lower_conv_transpose: 0",
+                   "unroll_recurrent: 0",
                    "simplify: 2",
                    "eliminate_common_subexpressions: 1", "eliminate_dead_code: 0",
                    "split_wide_variadics: 0", "fuse: 2"]
@@ -92,7 +93,7 @@ def test_dumping_all_passes_shows_the_input_and_every_change():
     context = PassContext(dump=ALL_PASSES)
     pipeline.optimize(_small(), 1, context=context)
     assert [(d.pass_name, d.when) for d in context.dumps] == [
-        ("fold_constants", "before"), ("simplify", "after"),
+        ("lower_einsum", "before"), ("simplify", "after"),
         ("eliminate_common_subexpressions", "after"), ("fuse", "after")]
     assert "# kernel 0: 2 node(s), Relu+Add" in context.dumps[-1].text
 
