@@ -102,10 +102,28 @@ class TracedVariant:
                                    f"expects {list(expected)} for {self.describe(dims)}")
         failed = self.trace.failed_guard(dims)
         if failed is not None:
-            raise GuardFailed(f"{self.describe(dims)} breaks the guard '{failed}' of the build "
-                               f"traced at {self.describe(self.trace.samples)} (decided at "
-                               f"{failed.where})")
+            raise GuardFailed(f"{self._outside(dims, failed)} (the guard '{failed}' of the "
+                              f"build traced at {self.describe(self.trace.samples)}, decided "
+                              f"at {failed.where})")
         return dims
+
+    def _outside(self, dims: tuple[int, ...], failed: Guard) -> str:
+        """The failure in the user's terms: which size falls outside the sizes the build
+        covers ("seq=40 is outside 16..31, the sizes of seq this build covers at batch=2"),
+        for the first dim of the broken guard whose covered sizes can be told."""
+        for index in sorted(_symbols_of(failed.lhs) | _symbols_of(failed.rhs)):
+            covered = covered_sizes(self.trace, dims, index)
+            if covered is None:
+                continue
+            name, others = self.trace.names[index], [
+                f"{n}={d}" for i, (n, d) in enumerate(zip(self.trace.names, dims)) if i != index]
+            low, high = covered
+            open_ended = high >= self.trace.samples[index] + COVER_REACH
+            span = f"{low} and up" if open_ended else f"{low}..{high}"
+            at = f" at {', '.join(others)}" if others else ""
+            return (f"{name}={dims[index]} is outside {span}, the sizes of {name} this build "
+                    f"covers{at}")
+        return f"{self.describe(dims)} breaks a guard"
 
     def binding(self, shapes: Mapping[str, tuple[int, ...]]) -> DimsBinding:
         try:
@@ -118,6 +136,42 @@ class TracedVariant:
 
     def describe(self, dims: Sequence[int]) -> str:
         return ", ".join(f"{name}={size}" for name, size in zip(self.trace.names, dims))
+
+
+# How far from the traced size a covered range is searched, each way (guards that mention
+# the dim are evaluated at every size in between).
+COVER_REACH = 1024
+
+
+def covered_sizes(trace: SizeTrace, dims: Sequence[int], index: int
+                  ) -> tuple[int, int] | None:
+    """The sizes of traced dim ``index`` around its traced sample that every guard admits,
+    the other dims at ``dims``, as (lowest, highest) within :data:`COVER_REACH` of the sample;
+    None when the sample itself is not admitted there."""
+    guards = [g for g in trace.guards if index in _symbols_of(g.lhs) | _symbols_of(g.rhs)]
+    point = list(dims)
+
+    def admitted(size: int) -> bool:
+        point[index] = size
+        return size >= 1 and all(guard.holds(point) for guard in guards)
+
+    sample = trace.samples[index]
+    if not admitted(sample):
+        return None
+    low = sample
+    while low > max(1, sample - COVER_REACH) and admitted(low - 1):
+        low -= 1
+    high = sample
+    while high < sample + COVER_REACH and admitted(high + 1):
+        high += 1
+    return low, high
+
+
+def _symbols_of(expr: SizeExpr) -> set[int]:
+    if expr.op == "sym":
+        return {int(expr.args[0])}
+    return {index for arg in expr.args if isinstance(arg, SizeExpr)
+            for index in _symbols_of(arg)}
 
 
 def traced_symbols(graph: Graph, shapes: Mapping[str, tuple[int, ...]],

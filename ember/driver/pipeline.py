@@ -29,6 +29,7 @@ import numpy as np
 from ember.driver.entry import EntryStep, IndexCheck, generate_entry, signature
 from ember.driver.kernels import KernelImpl, implement_groups
 from ember.driver.memory import MemoryPlanReport, plan_workspace
+from ember.driver.progress import BuildProgress
 from ember.driver.support import node_support
 from ember.core.config import memory_limit as resolve_memory_limit
 from ember.core.dtypes import DType
@@ -143,14 +144,22 @@ def _count(n: int, noun: str) -> str:
 
 def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None = None,
                 options: BuildOptions | None = None) -> Build:
-    """Compile ``graph`` for the given input shapes (required for dynamic dims)."""
+    """Compile ``graph`` for the given input shapes (required for dynamic dims); a build
+    that runs for a while shows its progress on a terminal (``driver/progress.py``)."""
+    options = options or BuildOptions()
+    with BuildProgress(graph.name) as progress:
+        return _build(graph, input_shapes, options, progress)
+
+
+def _build(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None,
+           options: BuildOptions, progress: BuildProgress) -> Build:
     from ember.codegen.c import kernel_unit
     from ember.toolchain.units import UnitBuild, UnitSource
 
-    options = options or BuildOptions()
     started = time.perf_counter()
     phases = _PhaseClock()
     limit = resolve_memory_limit(options.memory_limit)
+    progress.stage("specializing and optimizing the graph")
     with _internal_errors("specializing the graph to its input shapes"):
         g = specialize(graph, dict(input_shapes or {}), memory_limit=limit)
     phases.lap("specialize")
@@ -171,8 +180,10 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
     if g.groups is None:  # a pipeline without fusion: one kernel per node
         g.groups = singleton_groups(g)
     phases.lap("passes")
+    progress.stage("lowering kernels")
     impls = implement_groups(g, g.groups, {id(node): kernel_support(node) for node in g.nodes})
     phases.lap("lower")
+    progress.stage("scheduling kernels", total=len(impls))
     trace = active_trace()
     if trace is not None:
         _check_traceable(impls)
@@ -197,9 +208,11 @@ def build_graph(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None =
                 made.append((impl.func, of))
                 for unit in (of.unit, *of.shared):
                     unit_build.submit(UnitSource(unit.source, unit.flags))
+            progress.advance()
         phases.lap("kernels")
+        progress.stage("compiling C")
         build = _finish_build(g, impls, options, context, limit, pass_log, started, unit_build,
-                              made)
+                              made, progress)
     phases.lap("finish")
     build.phase_seconds = phases.laps
     return build
@@ -220,7 +233,8 @@ class _PhaseClock:
 
 def _finish_build(g: Graph, impls: list[KernelImpl], options: BuildOptions,
                   context: PassContext, limit: int, pass_log: list[str], started: float,
-                  unit_build: "UnitBuild | None", made: list) -> Build:
+                  unit_build: "UnitBuild | None", made: list,
+                  progress: BuildProgress | None = None) -> Build:
     """Plan memory, generate the entry point and link the library of a scheduled graph."""
     from ember.codegen.c import CModule, generate_c, generate_units, kernel_symbol
     from ember.toolchain.compiler import build_library
@@ -250,7 +264,8 @@ def _finish_build(g: Graph, impls: list[KernelImpl], options: BuildOptions,
         source = units.listing() if units is not None else generate_c(module)
     if units is not None:
         library = unit_build.link(
-            [UnitSource(text, flags) for text, flags in units.flagged_sources()])
+            [UnitSource(text, flags) for text, flags in units.flagged_sources()],
+            on_progress=progress.done if progress is not None else None)
     else:
         library = build_library(source, options.target, sanitize=options.sanitize)
     return Build(g, options.target, source, library.path, impls, used_constants, weight_offsets,

@@ -19,7 +19,7 @@ import json
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ember.core.target import Target
 from ember.runtime.cpu import available_cpus
@@ -112,9 +112,11 @@ class UnitBuild:
         """Start compiling a unit (unless its object is cached or already on its way)."""
         self._start(self._unit(item))
 
-    def link(self, sources: Sequence[str | UnitSource]) -> CachedFile:
+    def link(self, sources: Sequence[str | UnitSource],
+             on_progress: Callable[[int, int], None] | None = None) -> CachedFile:
         """The verified library of exactly these units (a unit given twice is linked once:
-        its symbols would collide)."""
+        its symbols would collide).  ``on_progress(done, total)`` hears of each object
+        ready."""
         units = list({unit.key: unit for unit in map(self._unit, sources)}.values())
         library_key = cache_key("\0".join(unit.key for unit in units),
                                 [*self.flags, *self.identity], self.compiler.identity)
@@ -124,7 +126,11 @@ class UnitBuild:
             return hit
         for unit in sorted(units, key=lambda u: -len(u.source)):  # no long compile last
             self._start(unit)
-        objects = [self._object(unit.key) for unit in units]
+        objects = []
+        for unit in units:
+            objects.append(self._object(unit.key))
+            if on_progress is not None:
+                on_progress(len(objects), len(units))
 
         def link_in(into: CompileCache) -> CachedFile:
             temp = cache_write(into, lambda: into.temp_path(library_key, ".so"))

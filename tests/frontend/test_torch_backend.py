@@ -365,6 +365,38 @@ def test_aot_compile_refuses_ops_without_kernels_unless_allowed(tmp_path, caplog
     np.testing.assert_allclose(ember.load(path)(x.numpy()), expected, rtol=1e-5, atol=1e-6)
 
 
+class _Pooling(nn.Module):
+    """Keyword inputs, a dict of outputs (as transformers' ModelOutput)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, 8)
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        hidden = torch.relu(self.embed(tokens)) * mask.unsqueeze(-1)
+        return {"hidden": hidden, "pooled": hidden.sum(1) / mask.sum(1, keepdim=True)}
+
+
+def test_aot_compile_takes_keyword_inputs_and_names_outputs_as_the_model_does() -> None:
+    model = _Pooling().eval()
+    tokens, mask = torch.randn(2, 5, 4), torch.ones(2, 5)
+    batch = torch.export.Dim("batch", max=32)
+    # the dynamic dims keyed by argument name, in another order than the signature's
+    module = ember.compile(model, {"tokens": tokens, "mask": mask},
+                           dynamic_shapes={"mask": {0: batch}, "tokens": {0: batch}})
+    assert module.input_names == ["tokens", "mask"]
+    assert module.graph.outputs == ["hidden", "pooled"]
+    assert "batch" in str(module.graph.types["mask"])
+    tokens, mask = torch.randn(3, 5, 4), (torch.rand(3, 5) > 0.3).float()
+    mask[:, 0] = 1
+    with torch.no_grad():
+        expected = model(tokens=tokens, mask=mask)
+    outputs = module.run({"mask": mask.numpy(), "tokens": tokens.numpy()})
+    assert list(outputs) == ["hidden", "pooled"]
+    for name in ("hidden", "pooled"):
+        np.testing.assert_allclose(outputs[name], expected[name].numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_aot_compile_needs_example_inputs() -> None:
     with pytest.raises(EmberError, match="example inputs"):
         ember.compile(_Block())

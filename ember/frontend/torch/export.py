@@ -9,7 +9,9 @@ evaluation mode and without autograd.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import re
+
+from typing import Any, Mapping
 
 import torch
 
@@ -44,8 +46,48 @@ def import_exported_program(program: "torch.export.ExportedProgram",
     imported = import_fx(program.graph_module, frozen=frozen, name="main",
                          symbol_names=symbol_names)
     graph = imported.graph
+    _name_outputs(graph, _output_names(program, len(graph.outputs)))
     graph.metadata["producer"] = f"torch.export (torch {torch.__version__})"
     return graph
+
+
+def _output_names(program: "torch.export.ExportedProgram", count: int) -> list[str | None]:
+    """What the model calls each output: the keys of a dict, a ``ModelOutput`` or a
+    namedtuple it returns (``last_hidden_state``; nested ones joined, ``hidden_states_2``);
+    None for outputs that are only positions in a tuple (they keep ember's names)."""
+    from torch.utils import _pytree as pytree
+
+    spec = getattr(getattr(program, "call_spec", None), "out_spec", None)
+    if spec is None or spec.num_leaves != count:
+        return [None] * count
+    paths = pytree.tree_flatten_with_path(pytree.tree_unflatten(list(range(count)), spec))[0]
+    names: list[str | None] = []
+    for path, _ in paths:
+        if not any(isinstance(key, (pytree.MappingKey, pytree.GetAttrKey)) for key in path):
+            names.append(None)
+            continue
+        parts = [str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", ""))))
+                 for key in path]
+        names.append(re.sub(r"[^0-9A-Za-z_]+", "_", "_".join(parts)).strip("_") or None)
+    return names
+
+
+def _name_outputs(graph: Graph, names: list[str | None]) -> None:
+    """Rename the graph's outputs to ``names`` where given, free and distinct."""
+    producers = graph.producers()
+    taken = set(graph.inputs) | set(graph.constants) | set(producers)
+    for position, (old, new) in enumerate(zip(list(graph.outputs), names)):
+        if new is None or new in taken or old not in producers or \
+                graph.outputs.count(old) > 1:
+            continue
+        node = producers[old]
+        node.outputs = [new if name == old else name for name in node.outputs]
+        for reader in graph.nodes:
+            reader.inputs = [new if name == old else name for name in reader.inputs]
+        if old in graph.types:
+            graph.types[new] = graph.types.pop(old)
+        graph.outputs[position] = new
+        taken.add(new)
 
 
 def _decompositions(program: "torch.export.ExportedProgram") -> Any:
@@ -64,24 +106,32 @@ def _decompositions(program: "torch.export.ExportedProgram") -> Any:
     return table
 
 
-def import_module(module: torch.nn.Module, example_inputs: Sequence[Any], *,
+def import_module(module: torch.nn.Module, example_inputs: Any, *,
                   dynamic_shapes: Any = None) -> Graph:
     """Export ``module`` on ``example_inputs`` (evaluation mode, no autograd) and import it.
 
-    ``dynamic_shapes`` is passed to ``torch.export.export``: sizes declared dynamic there
-    stay symbolic in the ember graph, so one compiled ``Module`` serves every size.
+    ``example_inputs`` is a tensor, a tuple of positional arguments, or a mapping of keyword
+    arguments (``{"input_ids": ids, "attention_mask": mask}``); the graph's inputs take the
+    names of the forward's parameters either way.  ``dynamic_shapes`` is passed to
+    ``torch.export.export``: sizes declared dynamic there stay symbolic in the ember graph,
+    so one compiled ``Module`` serves every size.
     """
     if not isinstance(module, torch.nn.Module):
         raise ModelLoadError(f"expected a torch.nn.Module, got {type(module).__name__}")
-    args = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) \
-        else (example_inputs,)
+    kwargs: dict[str, Any] = {}
+    if isinstance(example_inputs, Mapping):
+        args, kwargs = (), {str(name): value for name, value in example_inputs.items()}
+    elif isinstance(example_inputs, (list, tuple)):
+        args = tuple(example_inputs)
+    else:
+        args = (example_inputs,)
     was_training = module.training
     module.eval()
     try:
         with torch.no_grad():
             try:
-                program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes,
-                                              strict=False)
+                program = torch.export.export(module, args, kwargs=kwargs or None,
+                                              dynamic_shapes=dynamic_shapes, strict=False)
             except Exception as error:  # noqa: BLE001 -- export errors are many and varied
                 raise ModelLoadError(f"torch.export could not export "
                                      f"{type(module).__name__}: {type(error).__name__}: "
@@ -98,10 +148,13 @@ def _dim_names(program: "torch.export.ExportedProgram", dynamic_shapes: Any
         return {}
     from torch.export.graph_signature import InputKind
 
-    specs = list(dynamic_shapes.values()) if isinstance(dynamic_shapes, dict) \
-        else list(dynamic_shapes)
     user_inputs = [spec.arg.name for spec in program.graph_signature.input_specs
                    if spec.kind == InputKind.USER_INPUT]
+    if isinstance(dynamic_shapes, Mapping) and set(dynamic_shapes) <= set(user_inputs):
+        specs = [dynamic_shapes.get(name) for name in user_inputs]  # keyed by argument name
+    else:
+        specs = list(dynamic_shapes.values()) if isinstance(dynamic_shapes, Mapping) \
+            else list(dynamic_shapes)
     placeholders = {n.name: n for n in program.graph_module.graph.nodes
                     if n.op == "placeholder"}
     names: dict[str, str] = {}
