@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -66,7 +66,20 @@ class NotTraceable(EmberError):
 
 class GuardFailed(NotTraceable):
     """A call's dims break a guard of a traced build (the other failures of ``dims_for`` are
-    shapes the build cannot take at all, such as another batch block size)."""
+    shapes the build cannot take at all, such as another batch block size).
+
+    Raised on every call that another build serves, so its message -- which searches the
+    sizes the build covers -- is written only when read."""
+
+    def __init__(self, describe: Callable[[], str]) -> None:
+        super().__init__("a size breaks a guard of the build")
+        self._describe = describe
+        self._message: str | None = None
+
+    def __str__(self) -> str:
+        if self._message is None:
+            self._message = self._describe()
+        return self._message
 
 
 @dataclass
@@ -102,9 +115,10 @@ class TracedVariant:
                                    f"expects {list(expected)} for {self.describe(dims)}")
         failed = self.trace.failed_guard(dims)
         if failed is not None:
-            raise GuardFailed(f"{self._outside(dims, failed)} (the guard '{failed}' of the "
-                              f"build traced at {self.describe(self.trace.samples)}, decided "
-                              f"at {failed.where})")
+            raise GuardFailed(lambda: f"{self._outside(dims, failed)} (the guard '{failed}' "
+                                      f"of the build traced at "
+                                      f"{self.describe(self.trace.samples)}, decided at "
+                                      f"{failed.where})")
         return dims
 
     def _outside(self, dims: tuple[int, ...], failed: Guard) -> str:
