@@ -599,6 +599,28 @@ def _matmul(use: _Use) -> None:
         raise use.fail("multiplies batches of different sizes")
 
 
+def _einsum(use: _Use) -> None:
+    """Every batch operand's first letter is one letter (the batch), the output's first; no
+    static operand has it (that would make a weight per sample).  A term opening with
+    ``...`` has the batch as its first ellipsis dim, which the output must open with too."""
+    if Kind.SIZE in use.kinds:
+        raise use.fail("multiplies by the batch size")
+    text = str(use.attrs.get("equation", "")).replace(" ", "").replace("...", ".")
+    inputs, arrow, output = text.partition("->")
+    terms = inputs.split(",")
+    if not arrow or len(terms) != len(use.kinds):
+        raise use.fail("has an implicit output or a malformed equation")
+    leads = {terms[i][:1] for i, kind in enumerate(use.kinds) if kind is Kind.BATCH}
+    if len(leads) != 1 or not output.startswith(next(iter(leads))):
+        raise use.fail("does not keep the batch as the first index of its operands and output")
+    batch = next(iter(leads))
+    for term, kind in zip(terms, use.kinds):
+        if kind is Kind.STATIC and batch in term and batch != ".":
+            raise use.fail("reads a static operand along the batch index")
+        if kind is Kind.BATCH and (term.count(batch) != 1 if batch != "." else False):
+            raise use.fail("repeats the batch index in a term")
+
+
 def _gemm(use: _Use) -> None:
     if use.kind(0) is not Kind.BATCH or any(k not in (None, Kind.STATIC) for k in use.kinds[1:]):
         raise use.fail("takes batch data other than as A")
@@ -710,7 +732,7 @@ RULES: dict[str, Rule] = {
     "LpPool": _conv, "GlobalAveragePool": _conv, "GlobalMaxPool": _conv,
     "GlobalLpPool": _conv, "InstanceNormalization": _conv, "GroupNormalization": _conv,
     "LRN": _conv, "BatchNormalization": _batch_norm,
-    "MatMul": _matmul, "Gemm": _gemm,
+    "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum,
     "GatherND": _gather_nd,
     "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
 }

@@ -175,6 +175,17 @@ SEPARABLE["batch_moved_and_back"] = """
           %y = Transpose(%back) {perm=[0, 2, 1, 3]}
         }"""
 
+# attention written with einsum: a projection by a weight, then scores of each sample's own
+# tokens
+SEPARABLE["einsum_attention"] = """
+        graph main(%x: f32[N, 3, 4]) -> (%y: f32[N, 3, 3]) {
+          const %w: f32[4, 4] = [[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1],
+                                 [1.0, -1.0, 0.5, -0.5], [0.0, 0.5, 0.0, -0.5]]
+          %q = Einsum(%x, %w) {equation="bqd,de->bqe"}
+          %s = Einsum(%q, %x) {equation="bqd,bkd->bqk"}
+          %y = Softmax(%s) {axis=2}
+        }"""
+
 # the dynamo exporter's broadcast of index ranges through Max, read only for its shape
 SEPARABLE["index_ranges_read_for_their_shape"] = """
         graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
@@ -274,6 +285,11 @@ MIXING = {
           %s = Softmax(%t) {axis=1}
           %y = Transpose(%s) {perm=[1, 0, 2]}
         }""", "Softmax"),
+    "einsum_over_the_batch": ("""
+        graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
+          %g = Einsum(%x, %x) {equation="bi,bj->ij"}
+          %y = Einsum(%x, %g) {equation="bi,ij->bj"}
+        }""", "Einsum"),
     "batch_size_as_an_output": ("""
         graph main(%x: f32[N, 4]) -> (%y: f32[N, 4], %s: i64[2]) {
           %y = Relu(%x)
