@@ -53,7 +53,7 @@ def _transformer(config_name: str, model_name: str, **options) -> Callable[[], n
         config = getattr(transformers, config_name)(
             vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=256, max_position_embeddings=128, **options)
-        return _FirstOutput(getattr(transformers, model_name)(config).eval())
+        return _FirstOutput(getattr(transformers, model_name)(config)).eval()
     return make
 
 

@@ -397,6 +397,18 @@ def test_aot_compile_takes_keyword_inputs_and_names_outputs_as_the_model_does() 
         np.testing.assert_allclose(outputs[name], expected[name].numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_aot_compile_restores_the_mode_of_every_submodule() -> None:
+    # A wrapper left in training mode around a model in evaluation mode: export runs it all
+    # in evaluation mode, then each part gets its own mode back (the inner model's dropout
+    # stays off, as its owner set it).
+    inner = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).eval()
+    wrapper = nn.Sequential(inner, nn.ReLU())
+    assert wrapper.training and not inner.training
+    ember.compile(wrapper, (torch.randn(2, 4),))
+    assert wrapper.training and wrapper[1].training
+    assert not inner.training and not inner[1].training
+
+
 def test_aot_compile_needs_example_inputs() -> None:
     with pytest.raises(EmberError, match="example inputs"):
         ember.compile(_Block())

@@ -125,7 +125,10 @@ def import_module(module: torch.nn.Module, example_inputs: Any, *,
         args = tuple(example_inputs)
     else:
         args = (example_inputs,)
-    was_training = module.training
+    # each submodule's own mode, restored one by one: ``module.train(was_training)`` would
+    # put a wrapper's evaluation-mode parts (a model inside a training-mode wrapper) into
+    # training mode, turning their dropout on for every later call
+    modes = [(part, part.training) for part in module.modules()]
     module.eval()
     try:
         with torch.no_grad():
@@ -138,7 +141,8 @@ def import_module(module: torch.nn.Module, example_inputs: Any, *,
                                      f"{error}") from None
             return import_exported_program(program, _dim_names(program, dynamic_shapes))
     finally:
-        module.train(was_training)
+        for part, training in modes:
+            part.training = training
 
 
 def _dim_names(program: "torch.export.ExportedProgram", dynamic_shapes: Any
