@@ -29,6 +29,7 @@ import string
 import numpy as np
 
 from ember.core.dtypes import DType
+from ember.core.traced import remember_traced
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.ops.matmul import Equation
@@ -71,7 +72,7 @@ class _Operand:
     def __init__(self, name: str, letters: str, sizes: dict[str, int]):
         self.name, self.letters, self.sizes = name, letters, sizes
 
-    def shape(self, letters: str) -> list[int]:
+    def shape(self, letters: str) -> list[int]:  # (ints, traced sizes among them)
         return [self.sizes[letter] for letter in letters]
 
 
@@ -89,7 +90,8 @@ class _Lowering:
         for term in self.terms:
             if len(set(term)) != len(term):
                 raise _Refuse(f"term '{term}' repeats a letter (a diagonal)")
-        self.operands = [_Operand(name, term, dict(zip(term, (int(d) for d in t.shape))))
+        # sizes as the types have them: a size a traced build takes at run time stays one
+        self.operands = [_Operand(name, term, dict(zip(term, t.shape)))
                          for name, term, t in zip(node.inputs, self.terms, types)]
 
     def nodes(self) -> list[Node]:
@@ -156,7 +158,10 @@ class _Lowering:
         current = self.graph.types.get(operand.name)
         if isinstance(current, TensorType) and list(current.shape) == shape:
             return operand
-        target = self.graph.add_constant(np.array(shape, dtype=np.int64), hint="einsum_shape")
+        target = self.graph.add_constant(np.array([int.__int__(d) for d in shape],
+                                                  dtype=np.int64), hint="einsum_shape")
+        # (the sample's sizes; a traced build keeps what they stand for)
+        remember_traced(target, np.array(list(shape), dtype=object))
         return _Operand(self._emit("Reshape", [operand.name, target]), operand.letters,
                         operand.sizes)
 

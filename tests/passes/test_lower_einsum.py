@@ -86,3 +86,22 @@ def test_equations_the_pass_declines_keep_the_reference(equation, shapes, dtype)
     assert [impl.node.op for impl in module.build.host_nodes] == ["Einsum"]
     np.testing.assert_allclose(module(*operands), np.einsum(equation, *operands),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_a_lowered_einsum_serves_every_length_of_a_class_from_one_build() -> None:
+    # The lowering keeps a length the build takes at run time as one (a reshape target of
+    # traced sizes), so lengths 16..31 share the build traced at 16.
+    names = ["q", "k"]
+    node = helper.make_node("Einsum", names, ["y"], equation="bqd,bkd->bqk")
+    graph = helper.make_graph([node], "scores",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT,
+                                                             [2, "S", 8]) for n in names],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=10)
+    module = ember.compile(model)
+    for length in (16, 20, 31):
+        q, k = (RNG.standard_normal((2, length, 8)).astype(np.float32) for _ in range(2))
+        np.testing.assert_allclose(module(q, k), np.einsum("bqd,bkd->bqk", q, k),
+                                   rtol=1e-5, atol=1e-5)
+    assert module.build_reasons == ["the first call"], module.build_reasons
