@@ -42,6 +42,7 @@ class BuildProgress:
         self._total: int | None = None
         self._progress: Any = None
         self._task: Any = None
+        self._drawn = ""
 
     def __enter__(self) -> "BuildProgress":
         return self
@@ -77,8 +78,12 @@ class BuildProgress:
             if time.monotonic() - self._started < self.delay:
                 return
             self._start()
-        self._progress.update(self._task, description=self._line(), completed=self._completed,
+        line = self._line()
+        self._progress.update(self._task, description=line, completed=self._completed,
                               total=self._total)
+        if line != self._drawn:  # a new stage is drawn at once (counts at rich's own pace)
+            self._drawn = line
+            self._progress.refresh()
 
     def _line(self) -> str:
         return f"ember: building {self.model}: {self._description}"

@@ -334,15 +334,18 @@ def template_pays(shape: GemmShape, target: Target) -> bool:
 def default_parallel(gemm: Gemm) -> bool:
     """Tasks run on the thread pool when each batch element's product (or all of them, when
     their panels are packed together) does at least ``PARALLEL_WORK`` multiply-adds."""
-    batch = 1 if gemm.knobs.fold_batch else math.prod(e for _, e in gemm.batch)
+    # Sizes a traced build takes at run time count by their class, as the blocking plans
+    # them: a decision on the exact size would cut the class (a length of 24 refused by the
+    # build traced at 16).
+    batch = 1 if gemm.knobs.fold_batch else size_class(math.prod(e for _, e in gemm.batch))
+    m, columns, k = size_class(gemm.m), size_class(gemm.columns), size_class(gemm.k)
     per_element = per_element_packing(gemm)
     knobs = gemm.knobs
-    blocks = -(-gemm.m // knobs.mc) * -(-_panels(gemm) // (knobs.nc // knobs.nr))
+    blocks = -(-m // knobs.mc) * -(-(-(-columns // knobs.nr)) // (knobs.nc // knobs.nr))
     tasks = blocks if per_element else blocks * batch
     # (one task runs on the caller whatever the knob says: its work is not compared, so a
     # traced size takes no guard for a decision without effect)
-    return tasks > 1 and \
-        gemm.m * gemm.columns * gemm.k * (1 if per_element else batch) >= PARALLEL_WORK
+    return tasks > 1 and m * columns * k * (1 if per_element else batch) >= PARALLEL_WORK
 
 
 def per_element_packing(gemm: Gemm) -> bool:
