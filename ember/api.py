@@ -113,6 +113,10 @@ class Module:
         self._pending: dict[tuple, Future] = {}
         # (dtype, shape) of each input -> its variant, for calls whose inputs were seen before
         self._by_call_key: dict[tuple, tuple[Build, CompiledModel]] = {}
+        # the same for calls that run in batch blocks: their plan, so that a call does not
+        # check every traced build's guards again (a third of a small transformer's call)
+        # (with the current build and shapes the plan left, restored as the full path would)
+        self._plans_by_call_key: dict[tuple, tuple[_BlockPlan, Any, Any]] = {}
         # (call key, variant, shapes) of the last call __call__ sent straight to a variant
         self._last_call: tuple | None = None
         self._variants_lock = threading.Lock()
@@ -251,6 +255,7 @@ class Module:
                 with self._variants_lock:
                     self._variants[key] = ready
                     del self._pending[key]
+                    self._plans_by_call_key.clear()  # a new block size may serve them better
                 pending.set_result(ready)
         self._last = ready
         return ready
@@ -311,6 +316,7 @@ class Module:
             if self._num_threads is not None:
                 variant.runtime.set_num_threads(self._num_threads)
             self._traced.append(variant)
+            self._plans_by_call_key.clear()
         LOG.info("%s: compiling once for every size of %s (traced at %s; %d guards): %s",
                  self.graph.name, ", ".join(symbols), variant.describe(variant.trace.samples),
                  len(variant.trace.guards), reason)
@@ -512,6 +518,11 @@ class Module:
             self._last = known
             self._last_shapes = {name: feeds[name].shape for name in self.graph.inputs}
             return dict(feeds), known
+        planned = self._plans_by_call_key.get(call_key) \
+            if blocks and call_key is not None and traced else None
+        if planned is not None:
+            plan, self._last, self._last_shapes = planned
+            return dict(feeds), plan  # (each block's runtime checks its slice exactly)
 
         arrays = {name: value if type(value) is np.ndarray else
                   as_array(name, value, _describe(self.graph.types.get(name)))
@@ -522,6 +533,10 @@ class Module:
         if split is not None:
             plan = self._block_plan(shapes, split)
             if plan is not None:
+                if call_key is not None and traced:
+                    with self._variants_lock:
+                        self._plans_by_call_key[call_key] = (plan, self._last,
+                                                             self._last_shapes)
                 return arrays, plan
         variant = self._variant(shapes, traced)
         if call_key is not None and traced:

@@ -382,31 +382,156 @@ def _visit_shape_only(node: Node, kinds: dict) -> None:
 
 def _follows_a_moved_batch(graph: Graph, node: Node, input_kinds: list, kinds: dict,
                            symbol: str) -> bool:
-    """Set the kind of a Transpose that moves the batch axis, or of a layout op reading such
-    a value (see :class:`Moved`); False for every other node."""
+    """Set the kinds of a node that makes or reads values whose batch is not first (see
+    :class:`Moved`): a Transpose that moves the batch axis, a fill shaped by the batch at
+    another axis, a recurrent layer (its time axis first), and the layout ops that carry a
+    moved batch along.  False for every other node."""
     moved = [k for k in input_kinds if isinstance(k, Moved)]
-    moves_batch = node.op == "Transpose" and input_kinds[0] is Kind.BATCH and \
-        _batch_axis_after(node, 0) not in (None, 0)
-    if not moved and not moves_batch:
-        return False
-    if moved and (len(node.inputs) != 1 or not (node.op == "Transpose" or
-                                                 node.op in _AXIS_PRESERVING)):
-        raise NotSeparable(f"node '{node.name}' ({node.op}) reads batch data whose batch axis "
-                           f"a Transpose moved to axis {moved[0].axis}")
-    axis = _batch_axis_after(node, moved[0].axis if moved else 0) \
-        if node.op == "Transpose" else moved[0].axis
-    name = node.outputs[0]
-    if axis is None:
-        raise NotSeparable(f"node '{node.name}' (Transpose) reverses the axes of batch data")
+    if node.op in _RECURRENT and any(k not in (None, Kind.STATIC) for k in input_kinds):
+        _recurrent(graph, node, input_kinds, kinds, symbol)
+        return True
+    if not moved:
+        if node.op in ("Expand", "ConstantOfShape") and Kind.BATCH not in input_kinds:
+            return _fill_shaped_by_the_batch(graph, node, kinds, symbol)
+        transposes = node.op == "Transpose" and input_kinds[0] is Kind.BATCH and \
+            _batch_axis_after(node, 0) not in (None, 0)
+        reranks = node.op in ("Squeeze", "Unsqueeze") and input_kinds[0] is Kind.BATCH and \
+            _only_batch_axis(graph, node.outputs[0], symbol) not in (None, 0)
+        if not (transposes or reranks):
+            return False
+    axis = moved[0].axis if moved else 0
+    if node.op in ("Shape", "Size"):
+        kinds[node.outputs[0]] = Kind.SIZE  # as the shape of any batch data
+        return True
+    if moved:
+        _check_moved_use(graph, node, input_kinds, axis)
+    if node.op in ("Squeeze", "Unsqueeze"):
+        # a rank change only: the batch is the one axis of the output that has it
+        found = _only_batch_axis(graph, node.outputs[0], symbol)
+        axis = -1 if found is None else found
+    if node.op == "Transpose":
+        axis = _batch_axis_after(node, axis)
+        if axis is None:
+            raise NotSeparable(f"node '{node.name}' (Transpose) reverses the axes of batch "
+                               f"data")
+    _set_batch_axis(graph, node, node.outputs[0], axis, kinds, symbol)
+    return True
+
+
+def _check_moved_use(graph: Graph, node: Node, input_kinds: list, axis: int) -> None:
+    """Refuse a node that reads a moved batch other than as a layout op that keeps the
+    batch axis where it is (or, a Transpose, moves it)."""
+    def fail(why: str) -> NotSeparable:
+        return NotSeparable(f"node '{node.name}' ({node.op}) reads batch data whose batch axis "
+                            f"a Transpose moved to axis {axis}{why}")
+
+    if node.op == "Transpose" or (node.op in _AXIS_PRESERVING and len(node.inputs) == 1):
+        return
+    if node.op in ("Squeeze", "Unsqueeze") and isinstance(input_kinds[0], Moved) and \
+            all(k in (None, Kind.STATIC) for k in input_kinds[1:]):
+        return
+    data_moved = isinstance(input_kinds[0], Moved)
+    others_static = all(k in (None, Kind.STATIC, Kind.SIZE) for k in input_kinds[1:])
+    if node.op == "Slice" and data_moved and others_static:
+        axes = _constant_ints(graph, node, 3)
+        rank = len(_tensor_type(graph, node.inputs[0]).shape)
+        if axes is None and len(node.inputs) > 3 and node.inputs[3]:
+            raise fail(" (slice axes known only at run time)")
+        sliced = range(rank) if axes is None else [a % rank for a in axes]
+        if axis in sliced and not _keeps_axis(graph, node, axis):
+            raise fail(" (slices along it)")
+        return
+    if node.op == "Expand" and data_moved and others_static:
+        before = _tensor_type(graph, node.inputs[0]).shape
+        after = _tensor_type(graph, node.outputs[0]).shape
+        if len(before) != len(after) or str(before[axis]) != str(after[axis]):
+            raise fail(" (broadcasts along it)")
+        return
+    if node.op == "Reshape" and data_moved and others_static:
+        before = _tensor_type(graph, node.inputs[0]).shape[:axis + 1]
+        after = _tensor_type(graph, node.outputs[0]).shape[:axis + 1]
+        if len(after) != len(before) or any(str(a) != str(b) for a, b in zip(before, after)):
+            raise fail(" (reshapes the axes up to it)")
+        return
+    if node.op == "Concat" and all(k in (None, Kind.STATIC) or k == Moved(axis)
+                                   for k in input_kinds) and \
+            all(isinstance(k, Moved) for k in input_kinds if k is not None):
+        rank = len(_tensor_type(graph, node.outputs[0]).shape)
+        if int(node.attrs.get("axis", 0)) % rank == axis:
+            raise fail(" (joins along it)")
+        return
+    raise fail("")
+
+
+def _keeps_axis(graph: Graph, node: Node, axis: int) -> bool:
+    """Whether a Slice leaves axis ``axis`` whole (its size unchanged)."""
+    before = _tensor_type(graph, node.inputs[0]).shape[axis]
+    after = _tensor_type(graph, node.outputs[0]).shape[axis]
+    return str(before) == str(after)
+
+
+def _constant_ints(graph: Graph, node: Node, index: int) -> list[int] | None:
+    if index >= len(node.inputs) or not node.inputs[index]:
+        return None
+    value = graph.constants.get(node.inputs[index])
+    return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def _set_batch_axis(graph: Graph, node: Node, name: str, axis: int, kinds: dict,
+                    symbol: str) -> None:
+    """``name`` is batch data with its batch at ``axis`` (BATCH at 0, else Moved), which its
+    type must confirm."""
     vtype = _tensor_type(graph, name)
     if axis == 0 and _batch_factor(vtype, symbol) is not None:
         kinds[name] = Kind.BATCH
-    elif axis != 0 and _batch_factor(_axis_first(vtype, axis), symbol) is not None:
+    elif 0 < axis < len(vtype.shape) and \
+            _batch_factor(_axis_first(vtype, axis), symbol) is not None:
         kinds[name] = Moved(axis)
     else:
         raise NotSeparable(f"node '{node.name}' ({node.op}) makes '{name}' of shape {vtype} "
                            f"from batch data: its batch axis is lost")
+
+
+def _only_batch_axis(graph: Graph, name: str, symbol: str) -> int | None:
+    """The one axis of ``name``'s type whose size mentions the batch (None: none or more)."""
+    vtype = _tensor_type(graph, name)
+    axes = [a for a, d in enumerate(vtype.shape or ())
+            if isinstance(d, SymDim) and symbol in d.symbols]
+    return axes[0] if len(axes) == 1 else None
+
+
+def _fill_shaped_by_the_batch(graph: Graph, node: Node, kinds: dict, symbol: str) -> bool:
+    """A constant fill (zero initial states) whose shape has the batch at one axis other
+    than the first: the same values for every sample, so a moved batch."""
+    axis = _only_batch_axis(graph, node.outputs[0], symbol)
+    if axis in (None, 0):
+        return False
+    _set_batch_axis(graph, node, node.outputs[0], axis, kinds, symbol)
     return True
+
+
+# ONNX recurrent layers: X is (steps, batch, features) with layout 0, (batch, steps, ...) with 1
+_RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
+
+
+def _recurrent(graph: Graph, node: Node, input_kinds: list, kinds: dict, symbol: str) -> None:
+    """A recurrent layer runs each sample's sequence on its own: X, the initial states and
+    sequence_lens carry the batch (moved to axis 1 with layout 0), the weights are static;
+    Y has it at axis 2 (layout 0) or 0, Y_h and Y_c at axis 1 or 0."""
+    batch_first = int(node.attrs.get("layout", 0)) == 1
+    state_kind = Kind.BATCH if batch_first else Moved(1)
+    fail = lambda why: NotSeparable(f"node '{node.name}' ({node.op}) {why}")  # noqa: E731
+    expected = {0: state_kind, 4: Kind.BATCH, 5: state_kind, 6: state_kind}
+    for index, kind in enumerate(input_kinds):
+        if kind is None or (kind is Kind.STATIC and index not in (0, 4, 5, 6)):
+            continue
+        if index not in expected or kind != expected[index]:
+            raise fail(f"reads batch data at input {index} other than as a sequence, "
+                       f"sequence lengths or initial states of each sample")
+    for position, name in enumerate(node.outputs):
+        if name:
+            axis = (0 if batch_first else 2) if position == 0 else (0 if batch_first else 1)
+            _set_batch_axis(graph, node, name, axis, kinds, symbol)
 
 
 def _batch_axis_after(node: Node, axis: int) -> int | None:

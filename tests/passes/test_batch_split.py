@@ -436,3 +436,53 @@ def test_binding_the_other_dims_still_refuses_a_mix() -> None:
 ])
 def test_block_plans_use_the_largest_blocks_first(batch, sizes, expected) -> None:
     assert plan_blocks(batch, sizes) == expected
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("layout", [0, 1])
+def test_recurrent_layers_keep_each_sample_apart(op: str, layout: int) -> None:
+    """A recurrent layer runs each sample's sequence alone: with layout 0 its input has the
+    batch second (a Transpose moves it there), the zero initial state is a fill shaped by the
+    batch, and its outputs carry the batch at axis 2 (Y) and 1 (Y_h) until moved back."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from ember.frontend.onnx import import_onnx
+
+    rng = np.random.default_rng(3)
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) / 2, name)
+             for name, shape in (("W", (1, gates * 4, 3)), ("R", (1, gates * 4, 4)))]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+              (("first", [0]), ("one", [1]), ("one_unit", [1]), ("hidden", [4]),
+               ("axes", [0]))]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Slice", ["shape", "first", "one"], ["n"])]
+    states = ["one_unit", "n", "hidden"] if layout == 0 else ["n", "one_unit", "hidden"]
+    nodes += [helper.make_node("Concat", states, ["state_shape"], axis=0),
+              helper.make_node("ConstantOfShape", ["state_shape"], ["h0"])]
+    sequence = "x"
+    if layout == 0:
+        nodes.append(helper.make_node("Transpose", ["x"], ["steps_first"], perm=[1, 0, 2]))
+        sequence = "steps_first"
+    nodes.append(helper.make_node(op, [sequence, "W", "R", "", "", "h0"], ["y_all", "y_h"],
+                                  hidden_size=4, layout=layout))
+    if layout == 0:  # Y (steps, 1, N, 4) and Y_h (1, N, 4): the batch back in front
+        nodes += [helper.make_node("Transpose", ["y_all"], ["y"], perm=[2, 0, 1, 3]),
+                  helper.make_node("Transpose", ["y_h"], ["last"], perm=[1, 0, 2])]
+    else:
+        nodes += [helper.make_node("Identity", ["y_all"], ["y"]),
+                  helper.make_node("Identity", ["y_h"], ["last"])]
+    graph = helper.make_graph(nodes, "recurrent",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             ["N", 5, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("last", TensorProto.FLOAT, None)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)],
+                              ir_version=10)
+    imported = import_onnx(model)
+    split = analyze_batch_split(imported)
+    assert set(split.batch_outputs) == {"y", "last"}
+    whole, blocks = _whole_and_blocks(imported, split)
+    for output in ("y", "last"):
+        np.testing.assert_allclose(blocks[output], whole[output], rtol=1e-6, atol=1e-6)

@@ -77,6 +77,26 @@ def test_every_batch_size_runs_on_two_compilations(caplog) -> None:
     assert "x[4, 6]" in compiled[0] and "x[1, 6]" in compiled[1]
 
 
+def test_a_batch_size_seen_before_reuses_its_block_plan(monkeypatch) -> None:
+    """The blocks that serve a batch size are planned once; a later call of that size goes
+    straight to them (planning checks every build, a third of a small model's call), and a
+    new build plans again, since a new block size may serve it better."""
+    proto = _mlp()
+    module = ember.compile(proto)
+    planned = []
+    plan = module._block_plan
+    monkeypatch.setattr(module, "_block_plan",
+                        lambda shapes, split: planned.append(shapes["x"][0]) or
+                        plan(shapes, split))
+    _check_sizes(module, proto, [4, 9])
+    left = (module._last_shapes, module.build)  # what planning leaves current
+    _check_sizes(module, proto, [9, 9, 6, 9])
+    assert planned == [4, 9, 6], planned  # 9 planned once, however often it runs
+    assert (module._last_shapes, module.build) == left  # and the plan restores it
+    _check_sizes(module, proto, [5, 9])
+    assert planned == [4, 9, 6, 5], planned  # no new build: the plan of 9 still holds
+
+
 def test_the_first_call_gets_its_own_specialization(caplog) -> None:
     """A size already compiled, or the first one, runs as one call, not in blocks."""
     caplog.set_level(logging.INFO, logger="ember")

@@ -59,7 +59,7 @@ def recurrent_overloads() -> list["torch._ops.OpOverload"]:
 def convertible(node: "torch.fx.Node", max_steps: int) -> bool:
     """Whether ``node`` (a call of one of :data:`CELLS`) becomes ember nodes that compile:
     float32, no LSTM projection (``proj_size``), inference (no dropout between layers), a
-    static length of at most ``max_steps`` steps over all directions (the limit of
+    static number of steps, at most ``max_steps`` over all directions (the limit of
     ``passes/unroll_recurrent``; past it a layer would run as a numpy reference, slower than
     PyTorch's own time steps)."""
     cell = CELLS.get(str(node.target))
@@ -69,14 +69,14 @@ def convertible(node: "torch.fx.Node", max_steps: int) -> bool:
     value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
     if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 or value.dim() != 3:
         return False
-    if not all(isinstance(d, int) for d in value.shape):
+    steps = value.shape[1] if node.args[8] else value.shape[0]
+    if not isinstance(steps, int):  # (a dynamic batch is fine: the steps are written out)
         return False
     directions = 2 if bidirectional else 1
     per_direction = 4 if has_biases else 2
     if not isinstance(params, (list, tuple)) or len(params) != num_layers * directions * \
             per_direction:
         return False
-    steps = value.shape[1] if node.args[8] else value.shape[0]
     return not (train and dropout) and steps * directions <= max_steps
 
 
