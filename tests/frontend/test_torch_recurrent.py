@@ -108,3 +108,32 @@ def test_a_projected_lstm_is_decomposed_and_still_correct():
         expected = [t.numpy() for t in (model(x)[0], *model(x)[1])]
     for got, want in zip(module(x.numpy()), expected):
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+class _Sequence(nn.Module):
+    """The output sequence only (h_n has the batch second: a batch split refuses to return
+    it, as blocks are joined along the first axis)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(12, 16, num_layers=2, batch_first=True)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+def test_a_dynamic_batch_keeps_the_layer_whole_and_runs_in_blocks():
+    # The steps are static, the batch is not: the layer stays one node, and every batch size
+    # runs on the first build and a batch-1 block.
+    torch.manual_seed(3)
+    model = _Sequence().eval()
+    batch = torch.export.Dim("batch", max=32)
+    module = ember.compile(model, (torch.randn(2, 7, 12),), dynamic_shapes=({0: batch},))
+    assert [node.op for node in module.graph.nodes if node.op == "GRU"] == ["GRU", "GRU"]
+    assert module.batch_split is not None, module.batch_split_reason
+    for size in (2, 5, 3, 1):
+        x = torch.randn(size, 7, 12)
+        with torch.no_grad():
+            expected = model(x).numpy()
+        np.testing.assert_allclose(module(x.numpy()), expected, rtol=RTOL, atol=ATOL)
+    assert len(module.build_reasons) <= 2, module.build_reasons
