@@ -137,3 +137,27 @@ def test_a_dynamic_batch_keeps_the_layer_whole_and_runs_in_blocks():
             expected = model(x).numpy()
         np.testing.assert_allclose(module(x.numpy()), expected, rtol=RTOL, atol=ATOL)
     assert len(module.build_reasons) <= 2, module.build_reasons
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_torch_compile_with_allow_rnn_compiles_the_lstm(batch_first):
+    # With Dynamo's allow_rnn, AOT autograd hands over one aten.mkldnn_rnn_layer per layer
+    # and direction: each becomes an ember LSTM, nothing runs in PyTorch.
+    import torch._dynamo
+
+    from ember.torch_backend import explain
+
+    torch.manual_seed(4)
+    model = _Wrapped(nn.LSTM(8, 16, num_layers=2, bidirectional=True,
+                             batch_first=batch_first), False).eval()
+    x = torch.randn(3, 5, 8)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(allow_rnn=True):
+        report = explain(model, x)
+        assert report.graph_count == 1 and not report.fallbacks, str(report)
+        assert report.compiled_flop_share == 1.0
+        with torch.no_grad():
+            outputs, expected = report.compiled(x), model(x)
+    torch._dynamo.reset()
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL)

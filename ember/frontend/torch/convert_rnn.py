@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from ember.core.dtypes import DType
@@ -102,6 +103,43 @@ def rnn_relu(ctx: ImportContext, node, x, hx, params, has_biases, num_layers, dr
              bidirectional, batch_first) -> list[str]:
     return _layers(ctx, _RNN_RELU, x, [hx], params, has_biases, num_layers, dropout, train,
                    bidirectional, batch_first)
+
+
+# aten.mkldnn_rnn_layer's ``mode`` for an LSTM (oneDNN's numbering: RNN_RELU 0, RNN_TANH 1,
+# LSTM 2, GRU 3); Dynamo with ``allow_rnn`` writes only LSTMs this way.
+_MKLDNN_LSTM = 2
+
+
+def mkldnn_rnn_layer(ctx: ImportContext, node, x, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse,
+                     batch_sizes, mode, hidden_size, num_layers, has_biases, bidirectional,
+                     batch_first, train) -> list[str]:
+    """One direction of one LSTM layer, as ``torch.compile`` hands it over when Dynamo's
+    ``allow_rnn`` is on: an ember ``LSTM`` node (``reverse`` for the backward direction);
+    the oneDNN workspace output is empty."""
+    if static_int(mode, "mode") != _MKLDNN_LSTM:
+        raise Unsupported("a oneDNN recurrent layer other than an LSTM")
+    if batch_sizes:
+        raise Unsupported("a packed sequence (batch_sizes)")
+    if train:
+        raise Unsupported("a recurrent layer in training mode")
+    if ctx.torch_dtype(x) != DType.FLOAT32 or ctx.rank(x) != 3:
+        raise Unsupported("a recurrent layer over a float32 input of rank 3 (batched)")
+    sequence = ctx.tensor(x)
+    if batch_first:
+        sequence = ctx.add("Transpose", [sequence], perm=[1, 0, 2])
+    w = _stack(ctx, [_onnx_gate_order(ctx, _LSTM, ctx.tensor(w_ih))])
+    r = _stack(ctx, [_onnx_gate_order(ctx, _LSTM, ctx.tensor(w_hh))])
+    b = _stack(ctx, [ctx.add("Concat", [_onnx_gate_order(ctx, _LSTM, ctx.tensor(b_ih)),
+                                        _onnx_gate_order(ctx, _LSTM, ctx.tensor(b_hh))],
+                             axis=0)]) if has_biases else ""
+    y, y_h, y_c = ctx.add("LSTM", [sequence, w, r, b, "", ctx.tensor(hx), ctx.tensor(cx)],
+                          outputs=3, hidden_size=static_int(hidden_size, "hidden_size"),
+                          direction="reverse" if reverse else "forward")
+    output = ctx.add("Squeeze", [y, ctx.ints([1])])  # (steps, 1, batch, hidden)
+    if batch_first:
+        output = ctx.add("Transpose", [output], perm=[1, 0, 2])
+    workspace = ctx.constant(np.zeros((0,), dtype=np.uint8))
+    return [output, y_h, y_c, workspace]
 
 
 def _layers(ctx: ImportContext, cell: _Cell, x, states: list, params: Sequence[Any],

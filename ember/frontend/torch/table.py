@@ -256,6 +256,7 @@ ATEN_TABLE: dict[str, Converter] = {
     "aten.gru.input": rnn.gru,
     "aten.rnn_tanh.input": rnn.rnn_tanh,
     "aten.rnn_relu.input": rnn.rnn_relu,
+    "aten.mkldnn_rnn_layer.default": rnn.mkldnn_rnn_layer,  # torch.compile, allow_rnn
     "aten._native_batch_norm_legit_no_training.default": nn.batch_norm_inference,
     "aten._native_batch_norm_legit_functional.default": nn.batch_norm_functional,
     "aten._native_batch_norm_legit.no_stats": nn.batch_norm_no_stats,
