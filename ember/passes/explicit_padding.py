@@ -98,7 +98,8 @@ def make_padding_explicit(graph: Graph) -> int:
                                    hint=f"{node.name or 'conv'}_pad_value")
         new_nodes.append(Node("Pad", [node.inputs[0], pads_name, value], [padded],
                               {"mode": "constant"}, name=f"{node.name or 'conv'}_pad"))
-        shape = tuple(int(d) + (pads[i - 2] + pads[i - 2 + spatial] if i >= 2 else 0)
+        # (sizes as the type has them: one a traced build takes at run time stays one)
+        shape = tuple(d + (pads[i - 2] + pads[i - 2 + spatial] if i >= 2 else 0)
                       for i, d in enumerate(x_type.shape))
         graph.types[padded] = TensorType(x_type.dtype, shape)
         attrs = dict(node.attrs)

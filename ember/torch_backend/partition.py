@@ -19,8 +19,17 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ember.frontend.torch import node_problem
-from ember.ir.graph import Graph
+from ember.driver.support import node_support
+from ember.ir.graph import Graph, Node
+from ember.ir.types import TensorType
+from ember.ops.registry import get_op
+from ember.passes.dce import eliminate_dead_code
+from ember.passes.fold_constants import fold_constants
 from ember.passes.pipeline import becomes_compiled_code
+
+# What folding the one-node probe graph may allocate: its constants are sizes and small
+# arguments (a TopK's K written as an Unsqueeze of a number), as the build folds them.
+_PROBE_FOLD_BYTES = 1 << 24
 from ember.frontend.torch.table import IGNORED, target_name
 
 
@@ -89,12 +98,45 @@ def partition(gm: torch.fx.GraphModule, frozen: Mapping[str, torch.Tensor]) -> P
 def _compiled_by_ember(graph: Graph) -> str | None:
     """A node whose ember ops would run as numpy references stays with PyTorch, whose kernel
     is faster than a reference and needs no copy across (the call is then reported as a
-    fallback, not as compiled)."""
-    references = sorted({node.op for node in graph.nodes if not becomes_compiled_code(node.op)})
+    fallback, not as compiled).  Where the call's shapes are known, the op's compute is
+    asked about this very node (a TopK of 3 compiles, a sort -- a TopK of the whole axis --
+    does not)."""
+    references = []
+    # as the build will see it: sizes folded, what nothing reads gone (the probe graph is
+    # this call's alone)
+    fold_constants(graph, _PROBE_FOLD_BYTES)
+    eliminate_dead_code(graph)
+    for node in graph.nodes:
+        if not becomes_compiled_code(node.op):
+            references.append(f"ember has no kernel for {node.op}")
+            continue
+        types = [graph.types.get(name) for name in [*node.inputs, *node.outputs] if name]
+        if _compiles(node.op) and all(isinstance(t, TensorType) and t.is_static
+                                      for t in types):
+            support = node_support(_without_unread_outputs(node, graph), graph)
+            if not support.kernel:
+                references.append(f"ember's {node.op} kernel does not cover it "
+                                  f"({support.reason})")
     if references:
-        return (f"ember has no kernel for {', '.join(references)} (it would run as a numpy "
-                f"reference)")
+        return "; ".join(dict.fromkeys(references)) + " (it would run as a numpy reference)"
     return None
+
+
+def _without_unread_outputs(node: Node, graph: Graph) -> Node:
+    """``node`` without the trailing outputs nothing reads (MaxPool's indices when only the
+    values are used), as the build's dead-code elimination leaves it."""
+    read = set(graph.outputs) | {name for other in graph.nodes for name in other.inputs}
+    outputs = list(node.outputs)
+    while len(outputs) > 1 and outputs[-1] not in read:
+        outputs.pop()
+    return node if len(outputs) == len(node.outputs) else \
+        Node(node.op, list(node.inputs), outputs, dict(node.attrs), name=node.name,
+             domain=node.domain)
+
+
+def _compiles(op: str) -> bool:
+    opdef = get_op(op)
+    return opdef is not None and opdef.compute is not None
 
 
 def _is_glue(node: torch.fx.Node) -> bool:

@@ -171,6 +171,44 @@ def test_arg_extremes_nan_and_inf():
     check_cases(cases)
 
 
+# ----------------------------------------------------------------------------- TopK
+
+
+def _top_k(x: np.ndarray, k: int, **attrs) -> Case:
+    return Case("TopK", [x, np.array([k], np.int64)], attrs, constants={1}, outputs=2)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_top_k(dtype):
+    x = np.round(floats((3, 7, 5), dtype) * 2)  # ties: the lower index comes first
+    cases = [_top_k(x, k, axis=axis) for axis in (0, 1, -1) for k in (1, 3)]
+    cases += [_top_k(floats((2, 300), dtype), 8), _top_k(floats((4, 1000), dtype), 5)]
+    check_cases(cases)
+
+
+def test_top_k_nan_infinities_and_signed_zeros():
+    x = np.array([[1.0, np.nan, 3.0, np.nan, -0.0, 0.0],
+                  [2.0, 2.0, -np.inf, -np.inf, 0.0, -0.0],
+                  [np.inf, 1.0, np.inf, 0.0, np.nan, 5.0]], np.float32)
+    cases = [_top_k(x, k, axis=1) for k in (1, 2, 4, 6)]
+    module, feeds, expected = compile_cases(cases)
+    assert module.build.host_nodes == []
+    outputs = module.run(feeds)
+    for name, want in expected.items():  # exactly: the values are read back, not computed
+        np.testing.assert_array_equal(outputs[name], want)
+        assert np.array_equal(np.signbit(outputs[name]), np.signbit(want))
+
+
+def test_top_k_beyond_the_compiled_cases_keeps_the_reference():
+    x = floats((3, 20))
+    cases = [_top_k(x, 9), _top_k(x, 3, largest=0), _top_k(x.astype(np.int64), 2)]
+    module, feeds, expected = compile_cases(cases)
+    assert [impl.node.op for impl in module.build.host_nodes] == ["TopK"] * 3
+    outputs = module.run(feeds)
+    for name, want in expected.items():
+        np.testing.assert_array_equal(outputs[name], want)
+
+
 # ----------------------------------------------------------------------------- CumSum
 
 

@@ -149,8 +149,8 @@ def run_sample(op: Any, sample: Any) -> SampleResult:
     for report in backend.reports():
         if not report.compiled:
             return SampleResult("fallback", report.reason)
-        if report.fallbacks:
-            first = report.fallbacks[0]
+        if report.fallbacks or report.references:  # a numpy reference is not compiled
+            first = (report.fallbacks or report.references)[0]
             return SampleResult("fallback", f"{first.op}: {first.reason}"[:300])
     if op_name(op) in UNINITIALIZED:
         expected = torch.utils._pytree.tree_map(

@@ -165,13 +165,16 @@ def node_problem(node: torch.fx.Node, frozen: Mapping[str, torch.Tensor] | None 
         ctx.current = node
         output = convert_node(ctx, node)
         outputs = output if isinstance(output, list) else [output]
+        read = set(range(len(outputs)))  # the outputs the FX graph reads (all, unless known)
         if isinstance(output, list):
-            for user in node.users:
-                index = user.args[1] if target_name(user.target) == "operator.getitem" \
-                    else None
+            indices = [user.args[1] if target_name(user.target) == "operator.getitem"
+                       else None for user in node.users]
+            for index in indices:
                 if isinstance(index, int) and (index >= len(output) or output[index] is None):
                     return f"its output {index} is used, and ember does not compute it"
-        graph.outputs = list(dict.fromkeys(o for o in outputs if o))
+            if all(isinstance(index, int) for index in indices):
+                read = set(indices)
+        graph.outputs = list(dict.fromkeys(o for i, o in enumerate(outputs) if o and i in read))
         verify_graph(graph, stage="probe")
         infer_shapes(graph)
     except Unsupported as reason:

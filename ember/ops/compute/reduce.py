@@ -434,6 +434,90 @@ def arg_min(ctx, data, *, axis, keepdims, select_last_index):
     return _arg_extreme(data, axis, keepdims, select_last_index, "min")
 
 
+# ----------------------------------------------------------------------------- TopK
+
+# TopK compiles for at most this many values: one selection pass per rank (the largest of the
+# elements not chosen yet), k passes over the axis.  A larger K -- a sort, which converters
+# write as a TopK of the whole axis -- keeps the reference.
+MAX_COMPILED_TOP_K = 8
+
+
+@compute_of("TopK")
+def top_k(ctx, data, k, *, axis, largest, sorted):
+    """The K largest values along ``axis`` and their indices, largest first, ties in index
+    order, NaN above everything (as the reference's stable sort).  Rank ``r``'s index is the
+    first element, among those ranks ``0..r-1`` did not choose, that reaches the maximum of
+    those elements (or is NaN when that maximum is); its value is read back from ``data``."""
+    require_kernel_dtypes(data)
+    if not data.dtype.is_float:
+        raise NoCompute("TopK of integers")
+    if not largest:
+        raise NoCompute("the K smallest values (largest=0)")
+    if data.ndim == 0:
+        raise NoCompute("TopK needs rank >= 1")
+    given = ctx.value(1)
+    if given is None:
+        raise NoCompute("K is known only at run time")
+    count = int(np.asarray(given).reshape(-1)[0])
+    if not 1 <= count <= MAX_COMPILED_TOP_K:
+        raise NoCompute(f"K={count}: the compiled TopK selects 1 to {MAX_COMPILED_TOP_K}")
+    axis = normalize_axis(axis, data.ndim)
+    length = data.shape[axis]
+    red = Reduction(data.shape, (axis,), keepdims=True)
+    chosen: list[Tensor] = []
+
+    def free(index: Sequence[Expr], r: Expr, taken: Sequence[Tensor]) -> Expr | None:
+        """Element ``r`` was not chosen by an earlier rank (None: no earlier rank)."""
+        return logical_and(*(r.ne(as_loop_index(t[red.kept(index)])) for t in taken))
+
+    for rank in range(count):
+        taken = tuple(chosen)
+
+        def peak_body(*index: Expr, taken=taken) -> Expr:
+            [r] = red.axis_vars()
+            return reduce_max(widen(data[red.source(index, [r])]), r, free(index, r, taken))
+
+        peak = compute(red.kept_shape, peak_body, name=f"topk_peak{rank}")
+
+        def index_body(*index: Expr, taken=taken, peak=peak) -> Expr:
+            [r] = red.axis_vars()
+            value = widen(data[red.source(index, [r])])
+            hit = logical_or(value.eq(peak[red.kept(index)]), value.ne(value))
+            unchosen = free(index, r, taken)
+            if unchosen is not None:
+                hit = Binary("and", hit, unchosen)
+            return reduce_min(Select(hit, r, Const(length, INDEX)), r)
+
+        chosen.append(compute(red.kept_shape, index_body, name=f"topk_index{rank}",
+                              dtype=DType.INT64))
+    out = tuple(count if a == axis else d for a, d in enumerate(data.shape))
+
+    def rank_index(*index: Expr) -> Expr:
+        position = chosen[-1][red.kept(index)]
+        for rank in reversed(range(count - 1)):
+            position = Select(index[axis].eq(Const(rank, INDEX)),
+                              chosen[rank][red.kept(index)], position)
+        return position
+
+    indices = compute(out, rank_index, name="topk_indices", dtype=DType.INT64)
+
+    def value_at(*index: Expr) -> Expr:
+        at = minimum_index(as_loop_index(indices[index]), length)
+        return data[index[:axis] + (at,) + index[axis + 1:]]
+
+    return compute(out, value_at, name="topk_values"), indices
+
+
+def as_loop_index(value: Expr) -> Expr:
+    return value if value.dtype == INDEX else Cast(INDEX, value)
+
+
+def minimum_index(value: Expr, length: int) -> Expr:
+    """``value`` kept below ``length`` (a chosen index always is; the bound is for the
+    compiler, which must see every load in range)."""
+    return Binary("min", value, Const(max(length - 1, 0), INDEX))
+
+
 # ----------------------------------------------------------------------------- CumSum
 
 
