@@ -50,12 +50,13 @@ class Kind(enum.Enum):
 
 @dataclass(frozen=True)
 class Moved:
-    """Batch data that a Transpose laid out with the batch at ``axis`` (not first).
+    """Batch data with the batch at ``axis`` (not first).
 
     The SDPA decomposition of core ATen writes ``[B,H,S,D] -> [S,B,H,D] -> [B,H,S,D]`` around
-    a copy to pick a memory layout.  Such a value keeps its samples apart as long as only
-    layout ops touch it; a Transpose that brings the batch back first makes it BATCH again.
-    Any other op reading it makes the graph not separable (the analysis stays
+    a copy to pick a memory layout; a recurrent layer takes its sequence and states with the
+    batch second.  Such a value keeps its samples apart as long as only layout ops and
+    recurrent layers touch it; a Transpose that brings the batch back first makes it BATCH
+    again.  Any other op reading it makes the graph not separable (the analysis stays
     conservative)."""
 
     axis: int
@@ -422,8 +423,8 @@ def _check_moved_use(graph: Graph, node: Node, input_kinds: list, axis: int) -> 
     """Refuse a node that reads a moved batch other than as a layout op that keeps the
     batch axis where it is (or, a Transpose, moves it)."""
     def fail(why: str) -> NotSeparable:
-        return NotSeparable(f"node '{node.name}' ({node.op}) reads batch data whose batch axis "
-                            f"a Transpose moved to axis {axis}{why}")
+        return NotSeparable(f"node '{node.name}' ({node.op}) reads batch data whose batch is "
+                            f"at axis {axis}{why}")
 
     if node.op == "Transpose" or (node.op in _AXIS_PRESERVING and len(node.inputs) == 1):
         return

@@ -229,7 +229,7 @@ MIXING = {
         graph main(%x: f32[N, 4]) -> (%y: f32[4, 4]) {
           %t = Transpose(%x) {perm=[1, 0]}
           %y = MatMul(%t, %x)
-        }""", "Transpose"),
+        }""", "MatMul.*batch is at axis 1"),
     "first_sample_subtracted": ("""
         graph main(%x: f32[N, 4]) -> (%y: f32[N, 4]) {
           const %zero: i64[] = 0
