@@ -73,7 +73,7 @@ FUSE = GraphPass("fuse",
                  "change the nodes, and a later rewrite would invalidate the groups")
 
 
-def _compiles(op: str) -> bool:
+def has_compute(op: str) -> bool:
     """Whether ``op`` has a compute definition: a composite without one would run as a numpy
     fallback, slower than the small ops it replaced."""
     opdef = get_op(op)
@@ -81,8 +81,8 @@ def _compiles(op: str) -> bool:
 
 
 # Ops without a compute definition that still end up as compiled code: the recurrent layers
-# and Einsum (``unroll_recurrent`` and ``lower_einsum`` write them as ops that compile) and sizes (``Shape``, ``Size``:
-# constants once specialization knows the shapes).
+# and Einsum (``unroll_recurrent`` and ``lower_einsum`` write them as ops that compile), and
+# sizes (``Shape``, ``Size``: constants once specialization knows the shapes).
 _REWRITTEN_BEFORE_LOWERING = frozenset(CELL_KINDS) | {"Shape", "Size", "Einsum"}
 
 
@@ -90,7 +90,7 @@ def becomes_compiled_code(op: str) -> bool:
     """Whether a node of ``op`` ends up as native code rather than a numpy reference run on
     the host.  Approximate where a rewrite can decline (a recurrent layer longer than
     ``MAX_UNROLLED_STEPS``): the build's ``host_nodes`` have the last word."""
-    return _compiles(op) or op in _REWRITTEN_BEFORE_LOWERING
+    return has_compute(op) or op in _REWRITTEN_BEFORE_LOWERING
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ PIPELINES: dict[int, Pipeline] = {
         RECOGNIZE_HARD_SWISH,
         # until Attention has a compute definition it would be a numpy fallback: then the
         # written-out form, whose MatMuls and Softmax compile, is faster
-        *((RECOGNIZE_ATTENTION,) if _compiles("Attention") else ()),
+        *((RECOGNIZE_ATTENTION,) if has_compute("Attention") else ()),
         # sibling projections of one input (Q/K/V) -> one GEMM and a Split
         FUSE_HORIZONTAL,
         # what the rewrites leave: transpose pairs, duplicate constants, dead weights

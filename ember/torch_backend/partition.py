@@ -18,19 +18,18 @@ import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ember.frontend.torch import node_problem
 from ember.driver.support import node_support
+from ember.frontend.torch import node_problem
+from ember.frontend.torch.table import IGNORED, target_name
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
-from ember.ops.registry import get_op
 from ember.passes.dce import eliminate_dead_code
 from ember.passes.fold_constants import fold_constants
-from ember.passes.pipeline import becomes_compiled_code
+from ember.passes.pipeline import becomes_compiled_code, has_compute
 
 # What folding the one-node probe graph may allocate: its constants are sizes and small
 # arguments (a TopK's K written as an Unsqueeze of a number), as the build folds them.
 _PROBE_FOLD_BYTES = 1 << 24
-from ember.frontend.torch.table import IGNORED, target_name
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,7 @@ def _compiled_by_ember(graph: Graph) -> str | None:
             references.append(f"ember has no kernel for {node.op}")
             continue
         types = [graph.types.get(name) for name in [*node.inputs, *node.outputs] if name]
-        if _compiles(node.op) and all(isinstance(t, TensorType) and t.is_static
+        if has_compute(node.op) and all(isinstance(t, TensorType) and t.is_static
                                       for t in types):
             support = node_support(_without_unread_outputs(node, graph), graph)
             if not support.kernel:
@@ -132,11 +131,6 @@ def _without_unread_outputs(node: Node, graph: Graph) -> Node:
     return node if len(outputs) == len(node.outputs) else \
         Node(node.op, list(node.inputs), outputs, dict(node.attrs), name=node.name,
              domain=node.domain)
-
-
-def _compiles(op: str) -> bool:
-    opdef = get_op(op)
-    return opdef is not None and opdef.compute is not None
 
 
 def _is_glue(node: torch.fx.Node) -> bool:

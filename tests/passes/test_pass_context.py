@@ -54,8 +54,9 @@ def test_every_level_is_a_named_pipeline_and_o2_starts_with_o1():
     assert pipeline.passes_for(0) == []
     o1, o2 = pipeline.passes_for(1), pipeline.passes_for(2)
     assert [p.name for p in o1] == ["lower_einsum", "fold_constants", "lower_conv_transpose",
-                                    "unroll_recurrent", "simplify", "eliminate_common_subexpressions",
-                                    "eliminate_dead_code", "split_wide_variadics", "fuse"]
+                                    "unroll_recurrent", "simplify",
+                                    "eliminate_common_subexpressions", "eliminate_dead_code",
+                                    "split_wide_variadics", "fuse"]
     # O2 = O1's cleanup, its own rewrites, and fusion last (it sees the final graph)
     assert o2[:len(o1) - 1] == o1[:-1] and o1[-1] == o2[-1] == pipeline.FUSE
     assert "fold_batchnorm" in str(pipeline.PIPELINES[2])
