@@ -113,9 +113,9 @@ class Module:
         self._pending: dict[tuple, Future] = {}
         # (dtype, shape) of each input -> its variant, for calls whose inputs were seen before
         self._by_call_key: dict[tuple, tuple[Build, CompiledModel]] = {}
-        # the same for calls that run in batch blocks: their plan, so that a call does not
-        # check every traced build's guards again (a third of a small transformer's call)
-        # (with the current build and shapes the plan left, restored as the full path would)
+        # the same for calls that run in batch blocks: their plan (with the current build and
+        # shapes planning left, restored as the full path would leave them), so that a call
+        # does not check every traced build's guards again (half a small transformer's call)
         self._plans_by_call_key: dict[tuple, tuple[_BlockPlan, Any, Any]] = {}
         # (call key, variant, shapes) of the last call __call__ sent straight to a variant
         self._last_call: tuple | None = None

@@ -10,7 +10,6 @@ evaluation mode and without autograd.
 from __future__ import annotations
 
 import re
-
 from typing import Any, Mapping
 
 import torch
