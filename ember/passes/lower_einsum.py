@@ -33,6 +33,7 @@ from ember.core.traced import remember_traced
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.ops.matmul import Equation
+from ember.passes.rewrite import expand_nodes
 
 _LOWERED_DTYPES = (DType.FLOAT32, DType.FLOAT64)
 
@@ -51,19 +52,7 @@ class _ErrorMaker:
 
 def lower_einsum(graph: Graph) -> int:
     """Rewrite in place; returns how many Einsum nodes were lowered."""
-    lowered = 0
-    nodes: list[Node] = []
-    for node in graph.nodes:
-        if node.op == "Einsum" and node.domain in ("", "ai.onnx"):
-            try:
-                nodes.extend(_Lowering(graph, node).nodes())
-                lowered += 1
-                continue
-            except _Refuse:
-                pass
-        nodes.append(node)
-    graph.nodes = nodes
-    return lowered
+    return expand_nodes(graph, "Einsum", lambda node: _Lowering(graph, node).nodes(), _Refuse)
 
 
 class _Operand:

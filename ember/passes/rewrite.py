@@ -10,7 +10,7 @@ one of them wrong.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -182,3 +182,24 @@ def same_type(a: ValueType | None, b: ValueType | None) -> bool:
     if a.dtype != b.dtype or a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
         return False
     return all(dims_equal(x, y) is True for x, y in zip(a.shape, b.shape))
+
+
+def expand_nodes(graph: Graph, op: str | Iterable[str],
+                 expand: Callable[[Node], list[Node]], declined: type[Exception]) -> int:
+    """Replace every node of ``op`` (default domain) by the nodes ``expand`` makes of it, in
+    its place; a node whose expansion raises ``declined`` stays as it is.  Returns how many
+    were replaced.  (The passes that write one op as others: recurrent layers, Einsum.)"""
+    ops = {op} if isinstance(op, str) else set(op)
+    replaced = 0
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        if node.op in ops and node.domain in ("", "ai.onnx"):
+            try:
+                nodes.extend(expand(node))
+                replaced += 1
+                continue
+            except declined:
+                pass
+        nodes.append(node)
+    graph.nodes = nodes
+    return replaced

@@ -32,6 +32,7 @@ from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.core.dtypes import DType
 from ember.ops.rnn import CELL_KINDS, ActivationSpec, CellKind, activation_specs
+from ember.passes.rewrite import expand_nodes
 
 # Time steps (all directions of one layer) up to which a layer is written out; a longer one
 # keeps the reference (the graph and the compile time grow with the steps).
@@ -44,19 +45,8 @@ class _Refuse(Exception):
 
 def unroll_recurrent(graph: Graph) -> int:
     """Rewrite in place; returns how many recurrent layers were written out."""
-    changed = 0
-    nodes: list[Node] = []
-    for node in graph.nodes:
-        if node.op in CELL_KINDS and node.domain in ("", "ai.onnx"):
-            try:
-                nodes.extend(_Unroller(graph, node).nodes())
-                changed += 1
-                continue
-            except _Refuse:
-                pass
-        nodes.append(node)
-    graph.nodes = nodes
-    return changed
+    return expand_nodes(graph, CELL_KINDS, lambda node: _Unroller(graph, node).nodes(),
+                        _Refuse)
 
 
 def _refuse(message: str) -> Exception:
