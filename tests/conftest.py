@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 @pytest.fixture(scope="session")
 def profiled_model() -> Callable[..., onnx.ModelProto]:
     """A builder of the model the profiler tests time: x[batch, k] -> MatMul w[k, n] ->
-    TopK(k=2) (a numpy fallback step) -> Relu -> y, and the TopK indices.  ``batch`` may be
+    TopK(k=2, smallest: a numpy fallback step) -> Relu -> y, and the TopK indices.  ``batch`` may be
     a symbol name."""
 
     def build(batch: int | str, k_size: int, n_size: int) -> onnx.ModelProto:
@@ -28,7 +28,7 @@ def profiled_model() -> Callable[..., onnx.ModelProto]:
         k = numpy_helper.from_array(np.array([2], np.int64), "k")
         nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="project"),
                  helper.make_node("TopK", ["h", "k"], ["values", "indices"], axis=1,
-                                  name="best"),
+                                  largest=0, name="best"),
                  helper.make_node("Relu", ["values"], ["y"], name="clamp")]
         graph = helper.make_graph(
             nodes, "profiled",

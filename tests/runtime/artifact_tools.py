@@ -112,11 +112,13 @@ def compile_c(source: str, output: Path) -> Path:
 
 
 def topk_model():
-    """x[3, 5] -> Relu -> TopK(k=2) (no compute: a host node) -> Mul 2 -> y, indices."""
+    """x[3, 5] -> Relu -> TopK(k=2, smallest: no compiled kernel, a host node) -> Mul 2 -> y,
+    indices."""
     k = numpy_helper.from_array(np.array([2], np.int64), "k")
     two = numpy_helper.from_array(np.array(2, np.float32), "two")
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("TopK", ["r", "k"], ["values", "indices"], axis=1, name="topk"),
+             helper.make_node("TopK", ["r", "k"], ["values", "indices"], axis=1, largest=0,
+                              name="topk"),
              helper.make_node("Mul", ["values", "two"], ["y"], name="mul")]
     graph = helper.make_graph(
         nodes, "topk", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
@@ -128,5 +130,5 @@ def topk_model():
 
 def numpy_topk(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The outputs of :func:`topk_model` for ``x`` with distinct positive values per row."""
-    indices = np.argsort(-x, axis=1, kind="stable")[:, :2]
+    indices = np.argsort(x, axis=1, kind="stable")[:, :2]  # the two smallest
     return 2 * np.take_along_axis(x, indices, axis=1), indices
