@@ -149,6 +149,7 @@ def test_binary_floats_broadcast(dtype):
               Case("Mod", [floats((5,), dtype), np.array([-2.5], dtype)], {"fmod": 0})]
     cases += [Case("Pow", [np.abs(a), b]), Case("Pow", [a, c]),
               Case("Pow", [a, np.array(2.0, dtype)], constants={1}),
+              Case("Pow", [a, np.array(3.0, dtype)], constants={1}),  # a cube: multiplies
               Case("Pow", [a, np.array([1, 2, 3, 0, -1, 2, 3], np.int64)])]
     cases += [Case("PRelu", [a, c]), Case("PRelu", [a, b])]
     cases += [Case("Where", [RNG.random((3, 1)) > 0.5, a, c]),
