@@ -521,14 +521,14 @@ def _recurrent(graph: Graph, node: Node, input_kinds: list, kinds: dict, symbol:
     Y has it at axis 2 (layout 0) or 0, Y_h and Y_c at axis 1 or 0."""
     batch_first = int(node.attrs.get("layout", 0)) == 1
     state_kind = Kind.BATCH if batch_first else Moved(1)
-    fail = lambda why: NotSeparable(f"node '{node.name}' ({node.op}) {why}")  # noqa: E731
     expected = {0: state_kind, 4: Kind.BATCH, 5: state_kind, 6: state_kind}
     for index, kind in enumerate(input_kinds):
         if kind is None or (kind is Kind.STATIC and index not in (0, 4, 5, 6)):
             continue
         if index not in expected or kind != expected[index]:
-            raise fail(f"reads batch data at input {index} other than as a sequence, "
-                       f"sequence lengths or initial states of each sample")
+            raise NotSeparable(f"node '{node.name}' ({node.op}) reads batch data at input "
+                               f"{index} other than as a sequence, sequence lengths or "
+                               f"initial states of each sample")
     for position, name in enumerate(node.outputs):
         if name:
             axis = (0 if batch_first else 2) if position == 0 else (0 if batch_first else 1)

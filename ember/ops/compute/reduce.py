@@ -43,6 +43,7 @@ from ember.ir.compute import (NARROW_FLOATS, IterVar, Reduce, Tensor, cast, comp
                               compute_dtype, const_like, reduce_axis, reduce_max, reduce_min,
                               reduce_prod, reduce_sum, widen)
 from ember.ir.loop.expr import INDEX, Binary, Cast, Const, Expr, Select, Unary, call
+from ember.ops.compute.shape import as_index, clamp_index
 from ember.ops.registry import NoCompute, compute_of
 
 # ----------------------------------------------------------------------------- accumulators
@@ -468,7 +469,7 @@ def top_k(ctx, data, k, *, axis, largest, sorted):
 
     def free(index: Sequence[Expr], r: Expr, taken: Sequence[Tensor]) -> Expr | None:
         """Element ``r`` was not chosen by an earlier rank (None: no earlier rank)."""
-        return logical_and(*(r.ne(as_loop_index(t[red.kept(index)])) for t in taken))
+        return logical_and(*(r.ne(as_index(t[red.kept(index)])) for t in taken))
 
     for rank in range(count):
         taken = tuple(chosen)
@@ -502,20 +503,11 @@ def top_k(ctx, data, k, *, axis, largest, sorted):
     indices = compute(out, rank_index, name="topk_indices", dtype=DType.INT64)
 
     def value_at(*index: Expr) -> Expr:
-        at = minimum_index(as_loop_index(indices[index]), length)
+        # (a chosen index is always in range; the clamp lets the compiler see it)
+        at = clamp_index(as_index(indices[index]), length)
         return data[index[:axis] + (at,) + index[axis + 1:]]
 
     return compute(out, value_at, name="topk_values"), indices
-
-
-def as_loop_index(value: Expr) -> Expr:
-    return value if value.dtype == INDEX else Cast(INDEX, value)
-
-
-def minimum_index(value: Expr, length: int) -> Expr:
-    """``value`` kept below ``length`` (a chosen index always is; the bound is for the
-    compiler, which must see every load in range)."""
-    return Binary("min", value, Const(max(length - 1, 0), INDEX))
 
 
 # ----------------------------------------------------------------------------- CumSum
