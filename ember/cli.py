@@ -6,6 +6,8 @@
     ember bench [--models ...] [--batch 1 16] [--exporter both] [--peers ...] [--quick]
     ember profile MODEL.onnx [--batch N] [--shape NAME=D1,D2] [--repeat N] [--threads N]
                              [--peak] [--json OUT] [--top K]
+    ember serve [NAME=]ARTIFACT ... [--port P] [--max-batch N] [--max-queue-delay-ms D]
+                                    [--workers W] [--max-queue Q] [--timeout S]
 
 MODEL may also be an ember graph JSON file (``--json`` output of ``inspect``).  Each subcommand
 is one ``_add_<name>`` function that declares its arguments and one ``_<name>`` function that
@@ -101,7 +103,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--traceback", action="store_true",
                         help="show the Python traceback of internal errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (_add_inspect, _add_run, _add_compile, _add_bench, _add_profile):
+    for add_command in (_add_inspect, _add_run, _add_compile, _add_bench, _add_profile,
+                        _add_serve):
         add_command(commands)
     return parser
 
@@ -757,6 +760,98 @@ def _add_profile(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
     _add_memory_limit_option(parser)
     parser.set_defaults(handler=_profile)
+
+
+# ---------------------------------------------------------------------- serve
+
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "serve", help="serve saved artifacts over HTTP (Open Inference Protocol)",
+        description="Serve ember artifacts over HTTP with the Open Inference Protocol (KServe "
+                    "V2: /v2/models/NAME/infer), batching concurrent requests per model; "
+                    "metrics at /metrics, the API at /docs.  Needs the serve extra: "
+                    "pip install 'ember[serve]'.")
+    parser.add_argument("models", nargs="+", type=_served_model, metavar="[NAME=]ARTIFACT",
+                        help="a saved artifact directory, served as NAME (default: the "
+                             "directory's name without .ember)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to listen on (default: %(default)s; 0.0.0.0 for "
+                             "every interface)")
+    parser.add_argument("--port", type=_non_negative_int, default=8000,
+                        help="the port to listen on (default: %(default)s)")
+    parser.add_argument("--max-batch", type=_positive_int, default=32, metavar="N",
+                        help="most samples a batch of several requests holds; 1 turns "
+                             "batching off (default: %(default)s)")
+    parser.add_argument("--preferred-batch", type=_positive_int, metavar="N",
+                        help="a batch of this many samples runs without waiting (default: "
+                             "--max-batch)")
+    parser.add_argument("--max-queue-delay-ms", type=float, default=2.0, metavar="D",
+                        help="longest a request waits for others to batch with while "
+                             "another worker is busy (default: %(default)s)")
+    parser.add_argument("--max-queue", type=_positive_int, default=256, metavar="Q",
+                        help="requests each model queues; more are refused with 429 "
+                             "(default: %(default)s)")
+    parser.add_argument("--workers", type=_positive_int, default=1, metavar="W",
+                        help="model calls run at once per model, each on its own loaded "
+                             "copy (default: %(default)s)")
+    parser.add_argument("--threads", type=_positive_int, metavar="N",
+                        help="threads of each worker's kernels (default: the CPUs this "
+                             "process may use, divided among the workers)")
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                        help="seconds a request may take before a 504 (default: %(default)s)")
+    parser.add_argument("--max-payload-mb", type=float, default=64.0, metavar="MB",
+                        help="largest request body, larger ones get 413 (default: "
+                             "%(default)s)")
+    parser.add_argument("--digest", action="append", default=[], type=_name_equals(str),
+                        metavar="NAME=SHA256",
+                        help="serve model NAME only if its artifact has this digest")
+    parser.add_argument("--log-level", default="info",
+                        choices=("critical", "error", "warning", "info", "debug"))
+    parser.set_defaults(handler=_serve)
+
+
+def _served_model(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep:
+        path, name = text, Path(text.rstrip("/")).name.removesuffix(".ember")
+    if not name or not path:
+        raise argparse.ArgumentTypeError(f"expected [NAME=]ARTIFACT, got '{text}'")
+    return name, Path(path)
+
+
+def _serve(args: argparse.Namespace, console: Console) -> int:
+    import logging
+
+    try:
+        from ember.serve import BatchPolicy, ServedModel, ServerLimits, create_app, run
+        from ember.serve.app import describe
+    except ImportError as error:
+        return _fail(str(error))
+    digests = dict(args.digest)
+    unknown = sorted(set(digests) - {name for name, _ in args.models})
+    if unknown:
+        return _fail(f"--digest names model(s) {unknown}, which are not served")
+    for value, option in ((args.max_queue_delay_ms, "--max-queue-delay-ms"),
+                          (args.timeout, "--timeout"), (args.max_payload_mb, "--max-payload-mb")):
+        if not value >= 0 or value == float("inf"):
+            return _fail(f"{option} must be a finite number >= 0, not {value}")
+    policy = BatchPolicy(max_batch=args.max_batch, preferred_batch=args.preferred_batch,
+                         max_queue_delay=args.max_queue_delay_ms / 1e3,
+                         max_queue=args.max_queue)
+    models = [ServedModel(name, path, digest=digests.get(name), workers=args.workers,
+                          threads=args.threads) for name, path in args.models]
+    policies = {model.name: policy for model in models}
+    limits = ServerLimits(max_payload_bytes=int(args.max_payload_mb * (1 << 20)),
+                          request_timeout=args.timeout)
+    app = create_app(models, policies, limits)
+    logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
+    for line in describe(models, policies):
+        console.print(line)
+    console.print(f"serving on http://{args.host}:{args.port} (Ctrl-C stops after answering "
+                  f"the requests already accepted)")
+    run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return EXIT_OK
 
 
 def _positive_int(text: str) -> int:
