@@ -7,7 +7,7 @@
     ember profile MODEL.onnx [--batch N] [--shape NAME=D1,D2] [--repeat N] [--threads N]
                              [--peak] [--json OUT] [--top K]
     ember serve [NAME=]ARTIFACT ... [--port P] [--max-batch N] [--max-queue-delay-ms D]
-                                    [--workers W] [--max-queue Q] [--timeout S]
+                                    [--workers W] [--max-queue Q] [--timeout S] [--replicas R]
 
 MODEL may also be an ember graph JSON file (``--json`` output of ``inspect``).  Each subcommand
 is one ``_add_<name>`` function that declares its arguments and one ``_<name>`` function that
@@ -806,9 +806,33 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--digest", action="append", default=[], type=_name_equals(str),
                         metavar="NAME=SHA256",
                         help="serve model NAME only if its artifact has this digest")
+    parser.add_argument("--replicas", type=_positive_int, metavar="R",
+                        help="serve on Ray Serve with R replicas of this server (a local Ray "
+                             "cluster, or the one of --ray-address / $RAY_ADDRESS; needs "
+                             "pip install 'ember[distributed]')")
+    parser.add_argument("--ray-address", metavar="ADDRESS",
+                        help="the Ray cluster to join with --replicas (default: "
+                             "$RAY_ADDRESS, else a local one)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"))
     parser.set_defaults(handler=_serve)
+
+
+def _serve_on_ray(args: argparse.Namespace, models: list, policies: dict, limits: Any,
+                  console: Console) -> int:
+    try:
+        from ember.serve.ray_serve import ModelSpec, run_on_ray
+        import ray  # noqa: F401
+    except ImportError as error:
+        return _fail(f"--replicas needs Ray Serve ({error.name} is not installed): "
+                     f"pip install 'ember[distributed]'")
+    specs = [ModelSpec(model.name, str(model.path.resolve()), model.digest) for model in models]
+    console.print(f"starting {args.replicas} replica(s) on Ray Serve at "
+                  f"http://{args.host}:{args.port}")
+    run_on_ray(specs, policies, limits, host=args.host, port=args.port,
+               replicas=args.replicas, workers=args.workers, threads=args.threads,
+               address=args.ray_address)
+    return EXIT_OK
 
 
 def _served_model(text: str) -> tuple[str, Path]:
@@ -839,8 +863,13 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     policy = BatchPolicy(max_batch=args.max_batch, preferred_batch=args.preferred_batch,
                          max_queue_delay=args.max_queue_delay_ms / 1e3,
                          max_queue=args.max_queue)
-    models = [ServedModel(name, path, digest=digests.get(name), workers=args.workers,
-                          threads=args.threads) for name, path in args.models]
+    if args.ray_address and not args.replicas:
+        return _fail("--ray-address is for serving on Ray Serve: give --replicas too")
+    # Loaded here first, with --replicas too: a bad artifact is an error before any cluster
+    # starts, and the replicas are pinned to the digests found.
+    models = [ServedModel(name, path, digest=digests.get(name),
+                          workers=1 if args.replicas else args.workers, threads=args.threads)
+              for name, path in args.models]
     policies = {model.name: policy for model in models}
     limits = ServerLimits(max_payload_bytes=int(args.max_payload_mb * (1 << 20)),
                           request_timeout=args.timeout)
@@ -848,6 +877,8 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
     for line in describe(models, policies):
         console.print(line)
+    if args.replicas:
+        return _serve_on_ray(args, models, policies, limits, console)
     console.print(f"serving on http://{args.host}:{args.port} (Ctrl-C stops after answering "
                   f"the requests already accepted)")
     run(app, host=args.host, port=args.port, log_level=args.log_level)

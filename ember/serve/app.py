@@ -22,6 +22,7 @@ import asyncio
 import importlib.metadata
 import logging
 import time
+import zlib
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Sequence
@@ -192,7 +193,8 @@ def _check_version(name: str, model_version: str) -> None:
 
 async def _read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes (from its
-    Content-Length, else while it streams in)."""
+    Content-Length, else while it streams in, else as it inflates), decompressed when the
+    client sent it gzip- or deflate-encoded (as ``tritonclient`` may)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ProtocolError(f"the request body has {int(declared)} bytes, over this server's "
@@ -205,7 +207,34 @@ async def _read_body(request: Request, limit: int) -> bytes:
             raise ProtocolError(f"the request body exceeds this server's limit of {limit} "
                                 f"bytes", status=413, kind="payload_too_large")
         chunks.append(chunk)
-    return b"".join(chunks)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in _WBITS:
+        raise ProtocolError(f"Content-Encoding {encoding[:20]!r} is not supported; send gzip, "
+                            f"deflate or an uncompressed body")
+    return _decompressed(body, _WBITS[encoding], limit)
+
+
+# zlib's window bits for each Content-Encoding a client may compress a request with
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def _decompressed(body: bytes, wbits: int, limit: int) -> bytes:
+    """A compressed body inflated, never past ``limit`` bytes (a small body may inflate to
+    gigabytes)."""
+    inflater = zlib.decompressobj(wbits)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as error:
+        raise ProtocolError(f"the request body does not decompress: {error}") from None
+    if len(data) > limit or inflater.unconsumed_tail:
+        raise ProtocolError(f"the request body inflates past this server's limit of {limit} "
+                            f"bytes", status=413, kind="payload_too_large")
+    if not inflater.eof:
+        raise ProtocolError("the compressed request body is truncated")
+    return data
 
 
 def describe(models: Sequence[ServedModel], policies: dict[str, Any]) -> list[str]:
