@@ -29,6 +29,7 @@ its own work is part of what limits the numbers; the report says so).
 from __future__ import annotations
 
 import argparse
+import warnings
 import asyncio
 import json
 import os
@@ -91,7 +92,8 @@ def prepare(name: str, workdir: Path) -> Prepared:
     (input_name, sample), = built.inputs.items()
     output_name = built.output_names[0]
     onnx_path = workdir / f"{name}.onnx"
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
         torch.onnx.export(built.module, (torch.from_numpy(sample),), str(onnx_path),
                           dynamo=False, input_names=[input_name], output_names=[output_name],
                           dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}})
@@ -101,10 +103,9 @@ def prepare(name: str, workdir: Path) -> Prepared:
     expected = session.run([output_name], {input_name: inputs})[0]
     print(f"[{name}] compiling blocks {list(BLOCKS)} ...", flush=True)
     module = ember.compile(str(onnx_path))
-    for size in BLOCKS:
-        module(np.ascontiguousarray(np.resize(inputs, (size, *inputs.shape[1:]))))
-    artifact = module.save(workdir / f"{name}.ember")
-    blocks = sorted(int(p.name[1:]) for p in artifact.iterdir() if p.name.startswith("b"))
+    module(inputs[:BLOCKS[0]])
+    artifact = module.save(workdir / f"{name}.ember", batch_blocks=list(BLOCKS))
+    blocks = sorted(int(p.name[1:]) for p in artifact.iterdir() if p.name[1:].isdigit())
     print(f"[{name}] artifact {artifact} with blocks {blocks}", flush=True)
     return Prepared(name, artifact, input_name, output_name, inputs, expected)
 
@@ -195,10 +196,11 @@ async def drive(model: Prepared, url: str, concurrency: int, max_requests: int,
     statuses: dict[str, int] = {}
     counters = {"sent": 0, "mismatched": 0, "lost": 0}
     deadline = time.monotonic() + seconds
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
 
-    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
-        async def client_loop() -> None:
+    async def client_loop() -> None:
+        # A client (and connection) per user: one shared pool of many connections costs
+        # httpx more per request than the server spends.
+        async with httpx.AsyncClient(base_url=url, timeout=timeout) as client:
             while counters["sent"] < max_requests and time.monotonic() < deadline:
                 index = counters["sent"]
                 counters["sent"] += 1
@@ -221,9 +223,9 @@ async def drive(model: Prepared, url: str, concurrency: int, max_requests: int,
                 elif response.status_code not in (429, 504):
                     counters["mismatched"] += 1  # an error that overload does not explain
 
-        start = time.perf_counter()
-        await asyncio.gather(*(client_loop() for _ in range(concurrency)))
-        wall = time.perf_counter() - start
+    start = time.perf_counter()
+    await asyncio.gather(*(client_loop() for _ in range(concurrency)))
+    wall = time.perf_counter() - start
     done = len(latencies)
     ms = sorted(x * 1e3 for x in latencies) or [float("nan")]
 

@@ -44,7 +44,7 @@ from ember.passes.batch_split import (BatchSplit, NotSeparable, analyze_batch_sp
                                       analyze_batch_split_at, batch_symbol,
                                       mentions_other_symbols)
 from ember.runtime.binding import as_array, bind_call, bind_outputs, bind_run, call_result
-from ember.runtime.blocked import BatchBlockedModel
+from ember.runtime.blocked import MAX_BLOCK_SIZE, MAX_BLOCKS, BatchBlockedModel
 from ember.runtime.blocks import check_block_outputs, plan_blocks, run_in_blocks
 from ember.runtime.loader import load as load_artifact
 from ember.runtime.errors import ModelLoadError
@@ -654,7 +654,8 @@ class Module:
     def report(self) -> str:
         return self.build.report()
 
-    def save(self, path: str | Path, *, batch_blocks: bool | None = None,
+    def save(self, path: str | Path, *,
+             batch_blocks: bool | Sequence[int] | None = None,
              input_shapes: Mapping[str, Sequence[int]] | None = None) -> Path:
         """Write the artifact of the current specialization to directory ``path``.
 
@@ -662,7 +663,10 @@ class Module:
         size compiled for the current sizes of its other dims, and a block of 1 sample
         (compiled now if it was not yet): the artifact then runs any batch size, as this
         module does (``ember.runtime.BatchBlockedModel``).  ``batch_blocks=False`` saves the
-        current specialization alone; ``True`` insists on blocks and says why it cannot.
+        current specialization alone; ``True`` insists on blocks and says why it cannot; a
+        list of sizes insists too and compiles those blocks as well -- a server that batches
+        requests of any number wants several (``[16, 8, 4, 2, 1]`` runs every batch up to 31
+        in at most five calls, where blocks of 16 and 1 run a batch of 15 as 15 calls).
 
         An artifact holds code for one size of every dim other than the batch (builds that
         take a sequence length at run time cannot be saved: their guards and size formulas
@@ -677,9 +681,12 @@ class Module:
         self._check_nothing_dropped()
         return self._save_current(path, batch_blocks)
 
-    def _save_current(self, path: str | Path, batch_blocks: bool | None) -> Path:
+    def _save_current(self, path: str | Path, batch_blocks: bool | Sequence[int] | None
+                      ) -> Path:
         """Save the current specialization (or its batch blocks)."""
         from ember.package.artifact import save_artifact, save_batch_blocks
+
+        extra_sizes = _block_sizes_asked(batch_blocks)
 
         build = self.build
         if isinstance(self._last[1], RuntimeDimsModel) and self._last_shapes is not None:
@@ -687,7 +694,7 @@ class Module:
             last = self._last
             build = self._variant(self._last_shapes, traced=False)[0]
             self._last = last
-        plan = self._saved_blocks() if batch_blocks is not False else None
+        plan = self._saved_blocks(extra_sizes) if batch_blocks is not False else None
         if plan is None:
             if batch_blocks:
                 raise InputError(f"model '{self.graph.name}' cannot be saved in batch blocks: "
@@ -762,9 +769,11 @@ class Module:
             f"({spell(current)}) and drop {'; '.join(listed)}. Save one artifact per shape "
             f"you need, e.g. module.save(path, input_shapes={dict(current)!r})")
 
-    def _saved_blocks(self) -> tuple[BatchSplit, dict[int, Build]] | None:
+    def _saved_blocks(self, extra_sizes: frozenset[int] = frozenset()
+                      ) -> tuple[BatchSplit, dict[int, Build]] | None:
         """The split and the build of every block size to save for the current sizes of the
-        non-batch dims (a block of 1 compiled if missing); None when the batch is not split."""
+        non-batch dims (a block of 1 and ``extra_sizes`` compiled if missing); None when the
+        batch is not split."""
         if self._all_static() or self._last is None:
             return None
         last = self._last
@@ -776,6 +785,7 @@ class Module:
         others = self._other_dims(shapes, split)
         with self._variants_lock:
             sizes = set(self._block_sizes.get(others, ())) | {shapes[split.inputs[0]][0], 1}
+            sizes |= extra_sizes
         sizes.discard(0)
         if 1 not in self._block_sizes.get(others, ()):
             LOG.info("%s: compiling a batch-1 block, so that the saved model runs every "
@@ -786,6 +796,22 @@ class Module:
             self._note_block_sizes(shapes, split, set(builds))
         self._last = last  # saving compiles blocks; the current specialization stays current
         return split, builds
+
+
+def _block_sizes_asked(batch_blocks: bool | Sequence[int] | None) -> frozenset[int]:
+    """The block sizes a ``save(batch_blocks=[...])`` asks for, checked (none for a bool)."""
+    if batch_blocks is None or isinstance(batch_blocks, bool):
+        return frozenset()
+    sizes = list(batch_blocks)
+    if not sizes or not all(isinstance(size, (int, np.integer)) and
+                            not isinstance(size, bool) and 1 <= size <= MAX_BLOCK_SIZE
+                            for size in sizes):
+        raise InputError(f"batch_blocks={batch_blocks!r}: give True, False or a list of block "
+                         f"sizes, integers from 1 to {MAX_BLOCK_SIZE}")
+    if len(set(sizes) | {1}) > MAX_BLOCKS:
+        raise InputError(f"batch_blocks lists {len(set(sizes))} sizes; an artifact holds at "
+                         f"most {MAX_BLOCKS} blocks")
+    return frozenset(int(size) for size in sizes)
 
 
 @dataclass(frozen=True)

@@ -630,8 +630,20 @@ def _add_compile(commands: argparse._SubParsersAction) -> None:
                         help="for a model with a dynamic batch that it keeps apart, save only "
                              "the given batch size (default: also a block of 1 sample, so "
                              "that the artifact runs any batch size)")
+    parser.add_argument("--batch-blocks", dest="extra_blocks", type=_size_list,
+                        metavar="N,N,...",
+                        help="compile these batch block sizes too, e.g. 16,8,4,2,1 for a "
+                             "server that batches any number of requests (default: the "
+                             "given batch size and 1)")
     _add_memory_limit_option(parser)
     parser.set_defaults(handler=_compile)
+
+
+def _size_list(text: str) -> list[int]:
+    sizes = [_positive_int(part.strip()) for part in text.split(",") if part.strip()]
+    if not sizes:
+        raise argparse.ArgumentTypeError(f"expected sizes like 16,8,4,2,1, got '{text}'")
+    return sizes
 
 
 def _compile(args: argparse.Namespace, console: Console) -> int:
@@ -639,6 +651,8 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
     from ember.core.target import Target
     from ember.package import save_artifact, save_batch_blocks
 
+    if args.batch_blocks is False and args.extra_blocks:
+        return _fail("--batch-blocks and --no-batch-blocks contradict each other")
     graph = _load(args.model, args.memory_limit)
     shapes = _compile_shapes(graph, _bindings(graph, args.dim))
     # Build and save without loading the library: the artifact may be for another CPU
@@ -649,15 +663,18 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
     console.print(build.report())
     split = _batch_blocks(graph, shapes, console) if args.batch_blocks else None
     if split is None:
+        if args.extra_blocks:
+            return _fail("--batch-blocks: this model's batch is not run in blocks (see the "
+                         "note above), so the artifact holds the given batch size alone")
         path = save_artifact(build, args.output)
     else:
         builds = {shapes[split.inputs[0]][0]: build}
-        if 1 not in builds:
-            one = {name: (1, *shape[1:]) if name in split.inputs else shape
-                   for name, shape in shapes.items()}
-            builds[1] = build_graph(graph, one, options)
+        for size in sorted({1, *(args.extra_blocks or ())} - set(builds), reverse=True):
+            sized = {name: (size, *shape[1:]) if name in split.inputs else shape
+                     for name, shape in shapes.items()}
+            builds[size] = build_graph(graph, sized, options)
         path = save_batch_blocks(builds, split.inputs, split.batch_outputs, args.output)
-        console.print(f"batch blocks of {' and '.join(map(str, sorted(builds, reverse=True)))}"
+        console.print(f"batch blocks of {', '.join(map(str, sorted(builds, reverse=True)))}"
                       f" sample(s): the artifact runs any batch size of "
                       f"{', '.join(split.inputs)}")
     console.print(f"wrote {path}")

@@ -81,7 +81,7 @@ def test_compile_of_a_dynamic_batch_writes_blocks_that_run_any_batch(tmp_path, c
     status, out, err = _run(capsys, "compile", _dense_model(tmp_path), "-o", artifact,
                             "--dim", "N=4")
     assert status == 0 and err == "", err
-    assert "batch blocks of 4 and 1 sample(s)" in out
+    assert "batch blocks of 4, 1 sample(s)" in out
     assert sorted(p.name for p in artifact.iterdir()) == ["b1", "b4", "blocks.json"]
     x = RNG.standard_normal((7, 3)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
@@ -93,6 +93,22 @@ def test_compile_of_a_dynamic_batch_writes_blocks_that_run_any_batch(tmp_path, c
     np.save(tmp_path / "bad.npy", np.zeros((7, 2), np.float32))
     status, out, err = _run(capsys, "run", artifact, "--input", f"x={tmp_path / 'bad.npy'}")
     _assert_error(status, out, err, "input 'x'", "(7, 2)", "float32[N, 3]")
+
+
+def test_compile_with_more_batch_blocks_runs_every_batch_in_few_calls(tmp_path, capsys):
+    artifact = tmp_path / "blocks.ember"
+    status, out, err = _run(capsys, "compile", _dense_model(tmp_path), "-o", artifact,
+                            "--dim", "N=4", "--batch-blocks", "8,2")
+    assert status == 0 and err == "", err
+    assert "batch blocks of 8, 4, 2, 1 sample(s)" in out
+    model = ember.runtime.load(artifact)
+    assert model.block_sizes == [8, 4, 2, 1]
+    x = RNG.standard_normal((15, 3)).astype(np.float32)  # 8 + 4 + 2 + 1
+    np.testing.assert_allclose(model.run({"x": x})["y"], np.maximum(x @ W, 0), rtol=1e-5,
+                               atol=1e-6)
+    status, out, err = _run(capsys, "compile", _dense_model(tmp_path), "-o", artifact,
+                            "--dim", "N=4", "--batch-blocks", "8", "--no-batch-blocks")
+    _assert_error(status, out, err, "contradict")
 
 
 def test_compile_of_a_batch_it_cannot_split_writes_one_specialization(tmp_path, capsys):

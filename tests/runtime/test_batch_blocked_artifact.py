@@ -88,6 +88,22 @@ def test_any_batch_size_matches_onnxruntime(saved):
         np.testing.assert_allclose(z, want_z, rtol=1e-5, atol=1e-5)
 
 
+def test_save_compiles_the_block_sizes_asked_for(tmp_path):
+    module = ember.compile(MODEL)
+    module(RNG.standard_normal((4, 16)).astype(np.float32), SCALE)
+    path = module.save(tmp_path / "more.ember", batch_blocks=[16, 2])
+    model = ember.runtime.load(path)
+    assert model.block_sizes == [16, 4, 2, 1]
+    x = RNG.standard_normal((23, 16)).astype(np.float32)  # 16 + 4 + 2 + 1
+    y, z = model(x, SCALE)
+    want_y, want_z = _expected(x)
+    np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(z, want_z, rtol=1e-5, atol=1e-5)
+    for wrong in ([0], [2.5], ["8"], []):
+        with pytest.raises(InputError, match="batch_blocks"):
+            module.save(tmp_path / "wrong.ember", batch_blocks=wrong)
+
+
 def test_each_block_is_an_ordinary_artifact(saved):
     block = ember.runtime.load(saved / "b4")
     assert isinstance(block, ember.runtime.CompiledModel)
