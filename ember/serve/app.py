@@ -273,15 +273,18 @@ def _decompressed(body: bytes, wbits: int, limit: int) -> bytes:
     return data
 
 
-def describe(models: Sequence[ServedModel], policies: dict[str, Any]) -> list[str]:
+def describe(models: Sequence[ServedModel], policies: dict[str, BatchPolicy]) -> list[str]:
     """One line per model for the start-up log."""
     lines = []
     for model in models:
         policy = policies.get(model.name, BatchPolicy())
-        batching = (f"batches of up to {policy.max_batch} samples, waiting at most "
-                    f"{policy.max_queue_delay * 1e3:g} ms" if model.batchable and
-                    policy.max_batch > 1 else "no batching (fixed shapes)"
-                    if not model.batchable else "no batching")
+        if not model.batchable:
+            batching = "no batching (fixed shapes)"
+        elif policy.max_batch == 1:
+            batching = "no batching"
+        else:
+            batching = (f"batches of up to {policy.max_batch} samples, waiting at most "
+                        f"{policy.max_queue_delay * 1e3:g} ms")
         lines.append(f"model '{model.name}' from {model.path} (digest {model.digest[:12]}), "
                      f"{len(model.instances)} worker(s), {batching}")
     return lines

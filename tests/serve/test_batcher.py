@@ -49,6 +49,13 @@ async def until_started(model: GatedModel, calls: int) -> None:
         await asyncio.sleep(0.001)
 
 
+async def open_gates_until_done(model: GatedModel, tasks) -> None:
+    """Let every call finish (each new one too) until ``tasks`` are done."""
+    while any(not task.done() for task in tasks):
+        model.open_all()
+        await asyncio.sleep(0.005)
+
+
 def run(test):
     return asyncio.run(asyncio.wait_for(test(), 30))
 
@@ -83,9 +90,7 @@ def test_requests_queued_behind_a_call_form_the_next_batch_by_key_and_size():
                                    ("e", 3, "k"), ("f", 1, "k"), ("g", 1, "q")]:
             tasks.append(asyncio.create_task(queue.infer(request(name, samples, key), 10)))
         await asyncio.sleep(0.01)
-        while any(not t.done() for t in tasks):
-            model.open_all()
-            await asyncio.sleep(0.005)
+        await open_gates_until_done(model, tasks)
         results = [await t for t in tasks]
         await queue.close()
         # b (k), then d (k, 1+2 = 3 <= 4), e does not fit (3 + 3 > 4), f fits (4)
@@ -104,9 +109,7 @@ def test_a_request_larger_than_the_batch_limit_runs_alone():
         tasks += [asyncio.create_task(queue.infer(request("big", 9), 10)),
                   asyncio.create_task(queue.infer(request("small", 1), 10))]
         await asyncio.sleep(0.01)
-        while any(not t.done() for t in tasks):
-            model.open_all()
-            await asyncio.sleep(0.005)
+        await open_gates_until_done(model, tasks)
         await queue.close()
         assert model.calls == [["first"], ["big"], ["small"]]
     run(scenario)
@@ -150,9 +153,7 @@ def test_models_without_a_batch_axis_run_each_request_alone():
         await queue.start()
         tasks = [asyncio.create_task(queue.infer(request(n, key=object()), 10))
                  for n in "abc"]
-        while any(not t.done() for t in tasks):
-            model.open_all()
-            await asyncio.sleep(0.005)
+        await open_gates_until_done(model, tasks)
         await queue.close()
         assert model.calls == [["a"], ["b"], ["c"]]
     run(scenario)
@@ -170,9 +171,7 @@ def test_a_full_queue_refuses_with_429_and_the_accepted_ones_are_answered():
         with pytest.raises(ProtocolError) as refused:
             await queue.infer(request("one too many"), 10)
         assert refused.value.status == 429 and "queued" in str(refused.value)
-        while any(not t.done() for t in tasks):
-            model.open_all()
-            await asyncio.sleep(0.005)
+        await open_gates_until_done(model, tasks)
         assert [(await t)["who"] for t in tasks] == ["running", "q0", "q1"]
         await queue.close()
     run(scenario)
@@ -191,9 +190,7 @@ def test_a_request_that_times_out_gets_504_and_is_never_run():
         model.open_all()
         await running
         after = asyncio.create_task(queue.infer(request("after"), 10))
-        while not after.done():
-            model.open_all()
-            await asyncio.sleep(0.005)
+        await open_gates_until_done(model, [after])
         await queue.close()
         assert model.calls == [["running"], ["after"]]
     run(scenario)
@@ -211,9 +208,7 @@ def test_close_answers_every_queued_request_and_then_refuses_new_ones():
         with pytest.raises(ProtocolError) as refused:
             await queue.infer(request("new"), 10)
         assert refused.value.status == 503
-        while not closing.done():
-            model.open_all()
-            await asyncio.sleep(0.005)
+        await open_gates_until_done(model, [closing])
         assert [(await t)["who"] for t in tasks] == [f"r{i}" for i in range(5)]
     run(scenario)
 

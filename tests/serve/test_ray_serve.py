@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import lookup_reference, mlp_reference
+from served_models import lookup_reference, mlp_reference
 
 RNG = np.random.default_rng(3)
 START_SECONDS = 180

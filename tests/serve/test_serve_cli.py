@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import mlp_reference
+from served_models import mlp_reference
 from ember.cli import main
 
 

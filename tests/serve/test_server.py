@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import fixed_reference, lookup_reference, mlp_reference
+from served_models import fixed_reference, lookup_reference, mlp_reference
 from ember.serve import BatchPolicy, ServedModel, ServerLimits, create_app, serving
 
 RNG = np.random.default_rng(11)

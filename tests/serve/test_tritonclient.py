@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import lookup_reference, mlp_reference
+from served_models import lookup_reference, mlp_reference
 from ember.serve import ServedModel, ServerLimits, create_app, serving
 
 import tritonclient.http as tritonhttp
