@@ -371,7 +371,7 @@ def print_table(results: list[LevelResult]) -> None:
                       f"{r.p50_ms:.2f}", f"{r.p95_ms:.2f}", f"{r.p99_ms:.2f}", f"{ratio:.2f}x",
                       " ".join(f"{k}:{v}" for k, v in sorted(r.statuses.items())),
                       str(r.mismatched), str(r.lost))
-    Console().print(table)
+    Console(width=160).print(table)
 
 
 def cpu_name() -> str:

@@ -285,6 +285,10 @@ def describe(models: Sequence[ServedModel], policies: dict[str, BatchPolicy]) ->
         else:
             batching = (f"batches of up to {policy.max_batch} samples, waiting at most "
                         f"{policy.max_queue_delay * 1e3:g} ms")
+        if model.block_seconds:
+            batching += "; a call of " + ", ".join(
+                f"{size}: {seconds * 1e3:.2f} ms" for size, seconds in
+                sorted(model.block_seconds.items(), reverse=True))
         lines.append(f"model '{model.name}' from {model.path} (digest {model.digest[:12]}), "
                      f"{len(model.instances)} worker(s), {batching}")
     return lines

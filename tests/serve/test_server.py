@@ -335,3 +335,33 @@ def test_shutdown_answers_every_accepted_request(artifacts):
         document, arrays = _outputs(response)
         assert document["id"] == f"r{i}"
         _close(arrays, mlp_reference(x, scale))
+
+
+def _prepared(model: ServedModel, x: np.ndarray, scale: np.ndarray):
+    from ember.serve.protocol import InferRequest
+
+    return model.prepare(InferRequest(None, {"x": x, "scale": scale}))
+
+
+def test_padding_a_batch_to_a_block_is_chosen_by_the_blocks_call_times(artifacts):
+    model = ServedModel("mlp", artifacts.mlp)  # blocks of 4 and 1
+    assert sorted(model.block_seconds) == [1, 4]
+    assert all(seconds > 0 for seconds in model.block_seconds.values())
+    model.block_seconds = {4: 1.0, 1: 1.0}  # a call costs the same at any size: pad
+    assert [model.padded_size(n) for n in (1, 2, 3, 4, 5, 7, 9)] == [1, 4, 4, 4, 5, 8, 9]
+    model.block_seconds = {4: 4.0, 1: 1.0}  # every sample costs the same: never pad
+    assert [model.padded_size(n) for n in (2, 3, 7)] == [2, 3, 7]
+    model.block_seconds = {4: 2.5, 1: 1.0}  # pad 3 (2.5 < 0.9 x 3.0), not 2 (2.5 > 2.0)
+    assert [model.padded_size(n) for n in (2, 3)] == [2, 4]
+
+
+def test_a_padded_batch_answers_each_request_with_its_own_rows_only(artifacts):
+    model = ServedModel("mlp", artifacts.mlp, time_blocks=False)
+    model.block_seconds = {4: 1.0, 1: 1.0}
+    scale = RNG.standard_normal(32).astype(np.float32)
+    xs = [RNG.standard_normal((size, 16)).astype(np.float32) for size in (1, 2)]
+    results = model.run_batch(0, [_prepared(model, x, scale) for x in xs])  # 3 -> 4
+    for x, result in zip(xs, results):
+        _close(result, mlp_reference(x, scale))
+    lone = RNG.standard_normal((6, 16)).astype(np.float32)  # 4 + 2 -> 4 + 4
+    _close(model.run_batch(0, [_prepared(model, lone, scale)])[0], mlp_reference(lone, scale))
