@@ -36,7 +36,7 @@ from ember.runtime.errors import ExecutionError, InputError, ModelLoadError
 from ember.runtime.files import ArtifactDirectory
 from ember.runtime.manifest import (DIGEST_FIELD, SchemaError, TensorSpec, _int, _keys, _list,
                                     _object, _str, check_header, strict_json, verify_digest)
-from ember.runtime.model import CompiledModel, HostResolver, check_thread_count
+from ember.runtime.model import CompiledModel, HostResolver, WeightsCache, check_thread_count
 from ember.runtime.profiling import StepTimes
 
 BLOCKS_FILE = "blocks.json"
@@ -127,7 +127,8 @@ class BatchBlockedModel:
     """
 
     def __init__(self, path: str | Path, host_resolver: HostResolver | None = None, *,
-                 expected_digest: str | None = None, threads: int | None = None):
+                 expected_digest: str | None = None, threads: int | None = None,
+                 weights_cache: WeightsCache | None = None):
         threads = check_thread_count(threads)
         with ArtifactDirectory(path) as directory:
             self.path = directory.root
@@ -138,10 +139,13 @@ class BatchBlockedModel:
                 raise ModelLoadError(f"artifact '{self.path}' is not the expected one: its "
                                      f"digest is {index.digest}, expected {expected_digest}")
             blocks: list[tuple[int, CompiledModel]] = []
+            # blocks with the same weights share one blob
+            weights = {} if weights_cache is None else weights_cache
             for size, block_digest in index.blocks:
                 with directory.subdirectory(block_directory(size)) as part:
                     artifact = read_artifact_in(part, block_digest)
-                blocks.append((size, CompiledModel(artifact, host_resolver, threads=threads)))
+                blocks.append((size, CompiledModel(artifact, host_resolver, threads=threads,
+                                                   weights_cache=weights)))
         self.index = index
         self.blocks = blocks
         self.inputs: tuple[TensorSpec, ...] = blocks[0][1].inputs

@@ -94,10 +94,13 @@ class CompiledModel:
     """
 
     def __init__(self, path: str | Path | Artifact, host_resolver: HostResolver | None = None,
-                 *, expected_digest: str | None = None, threads: int | None = None):
+                 *, expected_digest: str | None = None, threads: int | None = None,
+                 weights_cache: WeightsCache | None = None):
         """Load the artifact directory ``path``, or an :class:`Artifact` already checked in
         memory (``ember.runtime.artifact.artifact_from_memory``).  ``threads``: as
-        :meth:`set_num_threads` (default: the CPUs this process may use)."""
+        :meth:`set_num_threads` (default: the CPUs this process may use).
+        ``weights_cache``: weights blobs already loaded by other models, which this one
+        shares when its weights are the same (see :func:`weights_key`)."""
         threads = check_thread_count(threads)
         if isinstance(path, Artifact):
             if expected_digest is not None and path.manifest.digest != expected_digest.lower():
@@ -119,7 +122,7 @@ class CompiledModel:
         self._set_threads: Callable[[int], None] | None = None
         self._steps: int | None = None  # from the signature; None: cannot be profiled
         self._lib = self._load_library(artifact)
-        self._weights = self._load_weights(artifact)
+        self._weights = self._shared_weights(artifact, weights_cache)
         self._host_nodes = self._resolve_host_nodes(host_resolver)
         self._workspace = _allocate(self.manifest.workspace_size, "workspace", self.path)
         # Fixed for the model's life: computed once, not on every call.
@@ -218,6 +221,20 @@ class CompiledModel:
             lib.ember_thread_stats.restype = ctypes.c_int32
             lib.ember_thread_stats.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
         return lib
+
+    def _shared_weights(self, artifact: Artifact, cache: WeightsCache | None) -> np.ndarray:
+        """The weights blob: one already in ``cache`` under this artifact's key, else loaded
+        (and put there).  A shared blob is read-only: the generated code takes it as
+        ``const``."""
+        if cache is None:
+            return self._load_weights(artifact)
+        key = weights_key(self.manifest)
+        blob = cache.get(key)
+        if blob is None:
+            blob = self._load_weights(artifact)
+            blob.flags.writeable = False
+            cache[key] = blob
+        return blob
 
     def _load_weights(self, artifact: Artifact) -> np.ndarray:
         source = artifact.source(WEIGHTS_FILE)
@@ -529,6 +546,19 @@ class CompiledModel:
         except BaseException as error:  # never let an exception cross the C boundary
             self._host_error = error
             return 1
+
+
+# Weights blobs by :func:`weights_key`, for loaded models to share.
+WeightsCache = dict[tuple, np.ndarray]
+
+
+def weights_key(manifest: Manifest) -> tuple:
+    """What makes two artifacts' weights blobs byte for byte the same: the same weights file
+    (its SHA-256, which the loader checked against the file's bytes) laid out by the same
+    manifest entries into a blob of the same size.  The blocks of a batch-blocked artifact
+    usually agree (their packed layouts do not depend on the batch), so they load the
+    weights once instead of once per block."""
+    return manifest.files[WEIGHTS_FILE], manifest.weights_size, manifest.weights
 
 
 def _allocate(nbytes: int, what: str, root: Path) -> np.ndarray:

@@ -54,7 +54,7 @@ class ServedModel:
     """One artifact served under ``name``, loaded once per worker.
 
     Each worker owns one loaded copy (its own workspace; copies of one artifact share the
-    library, whose thread pool runs one call's parallel loops at a time and runs a concurrent
+    weights and the library, whose thread pool runs one call's parallel loops at a time and runs a concurrent
     call's serially, so workers never multiply the threads).  ``threads``: the threads of each
     copy's kernels (default: the CPUs this process may use, divided among the workers).
 
@@ -81,8 +81,9 @@ class ServedModel:
             threads = max(1, len(os.sched_getaffinity(0)) // workers)
         self.name = name
         self.path = Path(path)
-        self.instances = [loader(path, expected_digest=digest, threads=threads)
-                          for _ in range(workers)]
+        shared: dict = {}  # the workers' copies share one copy of the weights
+        self.instances = [loader(path, expected_digest=digest, threads=threads,
+                                 weights_cache=shared) for _ in range(workers)]
         first = self.instances[0]
         # Every copy is the first one's bytes: pin the others to its digest.
         if digest is None and workers > 1:

@@ -104,6 +104,28 @@ def test_save_compiles_the_block_sizes_asked_for(tmp_path):
             module.save(tmp_path / "wrong.ember", batch_blocks=wrong)
 
 
+def test_blocks_with_the_same_weights_load_them_once(saved):
+    """The blocks' weights files are compared by the digests the loader checked; equal ones
+    give one read-only blob, shared also with another load given the same cache."""
+    files = {size: (saved / f"b{size}" / "weights.safetensors").read_bytes() for size in (4, 1)}
+    cache: dict = {}
+    model = ember.runtime.load(saved, weights_cache=cache)
+    again = ember.runtime.load(saved, weights_cache=cache)
+    alone = ember.runtime.load(saved)
+    blobs = {size: block._weights for size, block in model.blocks}  # noqa: SLF001
+    assert (blobs[4] is blobs[1]) == (files[4] == files[1])
+    assert all(not blob.flags.writeable for blob in blobs.values())
+    assert {id(b._weights) for _, b in again.blocks} == {id(b) for b in blobs.values()}
+    assert not {id(b._weights) for _, b in alone.blocks} & {id(b) for b in blobs.values()}
+    for batch in (1, 5):
+        x = RNG.standard_normal((batch, 16)).astype(np.float32)
+        for loaded in (model, again):
+            y, z = loaded(x, SCALE)
+            want_y, want_z = _expected(x)
+            np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(z, want_z, rtol=1e-5, atol=1e-5)
+
+
 def test_each_block_is_an_ordinary_artifact(saved):
     block = ember.runtime.load(saved / "b4")
     assert isinstance(block, ember.runtime.CompiledModel)
