@@ -153,21 +153,39 @@ def save_batch_blocks(builds: Mapping[int, Build], batch_inputs: Sequence[str],
     parse_block_index(index, "the index of a batch-blocked artifact")  # a writer bug
 
     def write(staging: Path) -> None:
+        written: dict[bytes, Path] = {}  # the blocks' identical files, stored once
         for size, part in packed.items():
             directory = staging / block_directory(size)
             directory.mkdir()
-            _write_packed(part, directory)
+            _write_packed(part, directory, written)
         _write_file(staging / BLOCKS_FILE,
                     json.dumps(index, indent=1, allow_nan=False).encode("utf-8"))
 
     return _write_in_place(Path(path), write)
 
 
-def _write_packed(packed: PackedArtifact, directory: Path) -> None:
+def _write_packed(packed: PackedArtifact, directory: Path,
+                  written: dict[bytes, Path] | None = None) -> None:
+    """Write one artifact's files into ``directory``.  ``written`` (content digest -> path)
+    gathers what earlier blocks of the same artifact wrote: a file with the same bytes (the
+    blocks' weights, most often) becomes a hard link to it instead of another copy.  Each
+    block still has every file under its own name, so the reader sees ordinary artifacts;
+    where the file system has no hard links, the bytes are written again."""
     contents = {**packed.files, MANIFEST_FILE: json.dumps(
         packed.manifest, indent=1, allow_nan=False).encode("utf-8")}
     for name, data in contents.items():
-        _write_file(directory / name, data)
+        target = directory / name
+        if written is not None and len(data) >= MIN_LINKED_BYTES:
+            digest = hashlib.sha256(data).digest()
+            earlier = written.get(digest)
+            if earlier is not None:
+                try:
+                    os.link(earlier, target)
+                    continue
+                except OSError:
+                    pass  # no hard links here: a copy
+            written.setdefault(digest, target)
+        _write_file(target, data)
 
 
 def _write_file(path: Path, data: bytes) -> None:
@@ -246,6 +264,9 @@ def _save_failed(path: Path, error: OSError, doing: str, existed: bool = False) 
                       f"{kept}. {advice[:1].upper()}{advice[1:]}.", error)
 
 
+# Files of batch blocks smaller than this are written again rather than linked: a link saves
+# nothing worth its inode.
+MIN_LINKED_BYTES = 64 << 10
 _ARTIFACT_FILES = frozenset({MANIFEST_FILE, LIBRARY_FILE, WEIGHTS_FILE, HOST_NODES_FILE})
 
 

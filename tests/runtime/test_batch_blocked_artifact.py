@@ -126,6 +126,35 @@ def test_blocks_with_the_same_weights_load_them_once(saved):
             np.testing.assert_allclose(z, want_z, rtol=1e-5, atol=1e-5)
 
 
+def test_identical_weights_files_of_blocks_are_stored_once(tmp_path):
+    """A weights file that several blocks have is written once and hard-linked (256 KB of
+    weights here); each block still reads and checks it as its own."""
+    w = RNG.standard_normal((256, 256)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "wide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 256])],
+        initializer=[numpy_helper.from_array(w, "w")])
+    module = ember.compile(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    module(np.zeros((8, 256), np.float32))
+    path = module.save(tmp_path / "wide.ember", batch_blocks=[4])
+    files = {size: path / f"b{size}" / "weights.safetensors" for size in (8, 4, 1)}
+    contents = {size: file.read_bytes() for size, file in files.items()}
+    for size in (4, 1):
+        same = contents[size] == contents[8]
+        assert os.path.samefile(files[size], files[8]) == same
+    assert any(os.stat(file).st_nlink > 1 for file in files.values())
+    x = RNG.standard_normal((13, 256)).astype(np.float32)
+    np.testing.assert_allclose(ember.runtime.load(path)(x), x @ w, rtol=1e-4, atol=1e-4)
+    # editing the one file breaks every block that has it, each by its own digest
+    data = bytearray(contents[8])
+    data[-1] ^= 1
+    files[8].write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match="weights.safetensors"):
+        ember.runtime.load(path)
+
+
 def test_each_block_is_an_ordinary_artifact(saved):
     block = ember.runtime.load(saved / "b4")
     assert isinstance(block, ember.runtime.CompiledModel)
