@@ -494,12 +494,13 @@ class Module:
         if isinstance(plan, tuple):
             # bound and checked above
             return plan[1]._run(arrays, given) if given else plan[1]._run(arrays)
+        axes = dict(plan.split.output_axes)
         checked = given and check_block_outputs(
             given, plan.blocks[0][1][1].outputs, plan.blocks[0][0],
-            sum(size for size, _ in plan.blocks), plan.split.batch_outputs)
+            sum(size for size, _ in plan.blocks), plan.split.batch_outputs, axes)
         result = run_in_blocks(arrays, plan.split.inputs, plan.split.batch_outputs,
                                [(size, variant[1]._run) for size, variant in plan.blocks],
-                               checked)
+                               checked, axes)
         result.update(given)  # the caller's very arrays
         return result
 
@@ -703,7 +704,8 @@ class Module:
             return save_artifact(build, path)
         split, builds = plan
         _warn_of_fallbacks(build, path)
-        return save_batch_blocks(builds, split.inputs, split.batch_outputs, path)
+        return save_batch_blocks(builds, split.inputs, split.batch_outputs, path,
+                                 split.output_axes)
 
     def _save_shapes(self, path: str | Path, input_shapes: Mapping[str, Sequence[int]],
                      batch_blocks: bool | None) -> Path:

@@ -673,7 +673,8 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
             sized = {name: (size, *shape[1:]) if name in split.inputs else shape
                      for name, shape in shapes.items()}
             builds[size] = build_graph(graph, sized, options)
-        path = save_batch_blocks(builds, split.inputs, split.batch_outputs, args.output)
+        path = save_batch_blocks(builds, split.inputs, split.batch_outputs, args.output,
+                                 split.output_axes)
         console.print(f"batch blocks of {', '.join(map(str, sorted(builds, reverse=True)))}"
                       f" sample(s): the artifact runs any batch size of "
                       f"{', '.join(split.inputs)}")

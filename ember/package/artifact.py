@@ -32,6 +32,7 @@ from ember.core.errors import EmberError
 from ember.core.target import Target
 from ember.runtime.artifact import MAX_LIBRARY_BYTES
 from ember.runtime.blocked import (BLOCKS_FILE, BLOCKS_FORMAT, BLOCKS_FORMAT_VERSION,
+                                   BLOCKS_FORMAT_VERSION_AXES,
                                    block_directory, parse_block_index)
 from ember.runtime.files import ArtifactDirectory
 from ember.toolchain.disk import (WriteError, cause_of, is_write_failure, name_the_file,
@@ -132,24 +133,29 @@ def save_artifact(build: Build, path: str | Path) -> Path:
 
 
 def save_batch_blocks(builds: Mapping[int, Build], batch_inputs: Sequence[str],
-                      batch_outputs: Sequence[str], path: str | Path) -> Path:
+                      batch_outputs: Sequence[str], path: str | Path,
+                      output_axes: Sequence[tuple[str, int]] = ()) -> Path:
     """Write a batch-blocked artifact (format: ``ember.runtime.blocked``): ``builds`` maps
     each block size to the build compiled for that many samples (a block of 1 among them);
-    ``batch_inputs`` and ``batch_outputs`` are the values whose first dim is the batch."""
+    ``batch_inputs`` and ``batch_outputs`` are the values whose first dim is the batch, but
+    for the outputs ``output_axes`` gives another axis (written as format version 2)."""
     if 1 not in builds:
         raise EmberError("a batch-blocked artifact needs a block of 1 sample, so that every "
                          "batch size can be served")
     packed = {size: pack_artifact(builds[size]) for size in sorted(builds, reverse=True)}
-    index = seal({
+    fields: dict[str, Any] = {
         "format": BLOCKS_FORMAT,
-        "format_version": BLOCKS_FORMAT_VERSION,
+        "format_version": BLOCKS_FORMAT_VERSION_AXES if output_axes else BLOCKS_FORMAT_VERSION,
         "ember_version": __version__,
         "model": builds[1].graph.name,
         "batch_inputs": list(batch_inputs),
         "batch_outputs": list(batch_outputs),
         "blocks": [{"size": size, "manifest_sha256": part.manifest[DIGEST_FIELD]}
                    for size, part in packed.items()],
-    })
+    }
+    if output_axes:
+        fields["batch_output_axes"] = dict(output_axes)
+    index = seal(fields)
     parse_block_index(index, "the index of a batch-blocked artifact")  # a writer bug
 
     def write(staging: Path) -> None:

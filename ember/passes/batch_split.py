@@ -73,12 +73,15 @@ class BatchSplit:
     ``inputs``: the inputs whose first dim is the batch (split along axis 0); the others are
     passed whole to every block.  ``batch_outputs``: the outputs whose first dim is ``k*N``
     (their blocks are concatenated); the other outputs do not depend on the batch and are
-    taken from the first block.
+    taken from the first block.  ``output_axes``: the batch outputs whose batch is another
+    axis (a recurrent layer's final states, ``[layers, N, hidden]``), with that axis; their
+    blocks are concatenated along it.
     """
 
     symbol: str
     inputs: tuple[str, ...]
     batch_outputs: tuple[str, ...]
+    output_axes: tuple[tuple[str, int], ...] = ()
 
 
 class NotSeparable(Exception):
@@ -116,15 +119,17 @@ def analyze_batch_split(graph: Graph, known: dict[str, object] | None = None) ->
                     not _value_mentions(known[name], symbol):
                 kinds[name] = Kind.STATIC
     batch_outputs = []
+    output_axes = []
     for name in graph.outputs:
         kind = kinds.get(name, Kind.STATIC)
         if kind is Kind.SIZE or isinstance(kind, IndexKind):
             raise NotSeparable(f"output '{name}' is computed from the batch size itself")
         if isinstance(kind, Moved):
-            raise NotSeparable(f"output '{name}' has its batch at axis {kind.axis}, not first")
-        if kind is Kind.BATCH:
             batch_outputs.append(name)
-    return BatchSplit(symbol, tuple(batch_inputs), tuple(batch_outputs))
+            output_axes.append((name, kind.axis))
+        elif kind is Kind.BATCH:
+            batch_outputs.append(name)
+    return BatchSplit(symbol, tuple(batch_inputs), tuple(batch_outputs), tuple(output_axes))
 
 
 def analyze_batch_split_at(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> BatchSplit:

@@ -5,7 +5,8 @@ served from code compiled for a few block sizes (:mod:`ember.runtime.blocks`).  
 directory of ordinary artifacts, one per block size, and an index::
 
     model.ember/
-      blocks.json     format, model name, which inputs and outputs carry the batch, and the
+      blocks.json     format, model name, which inputs and outputs carry the batch (and
+                      the axis of outputs whose batch is not first), and the
                       block sizes with the manifest digest of each block's artifact; sealed
                       with its own digest (``manifest_sha256``), which so covers every file
       b16/            an artifact (ember.runtime.artifact) compiled for 16 samples
@@ -42,12 +43,17 @@ from ember.runtime.profiling import StepTimes
 BLOCKS_FILE = "blocks.json"
 BLOCKS_FORMAT = "ember-batch-blocks"
 BLOCKS_FORMAT_VERSION = 1
+# Version 2 adds ``batch_output_axes``; an index without batch outputs of another axis is
+# still written as version 1, which runtimes from before version 2 read.
+BLOCKS_FORMAT_VERSION_AXES = 2
+MAX_AXIS = 32
 MAX_BLOCKS_BYTES = 1 << 20
 MAX_BLOCKS = 64
 MAX_BLOCK_SIZE = 1 << 20
 _REMEDY = "the artifact is malformed or was edited; save it again with this ember"
 _TOP_LEVEL = {"format", "format_version", "ember_version", "model", "batch_inputs",
               "batch_outputs", "blocks", DIGEST_FIELD}
+_AXES_FIELD = "batch_output_axes"
 
 
 def block_directory(size: int) -> str:
@@ -65,11 +71,15 @@ class BlockIndex:
     batch_outputs: tuple[str, ...]
     blocks: tuple[tuple[int, str], ...]  # (size, manifest digest of its artifact), largest first
     digest: str
+    output_axes: tuple[tuple[str, int], ...] = ()  # batch outputs whose batch is not first
 
 
 def parse_block_index(data: Any, source: str) -> BlockIndex:
     """Check the format, the digest and the schema of a parsed blocks.json."""
-    check_header(data, source, BLOCKS_FORMAT, BLOCKS_FORMAT_VERSION,
+    version = data.get("format_version") if isinstance(data, dict) else None
+    check_header(data, source, BLOCKS_FORMAT,
+                 BLOCKS_FORMAT_VERSION_AXES if version == BLOCKS_FORMAT_VERSION_AXES and
+                 not isinstance(version, bool) else BLOCKS_FORMAT_VERSION,
                  kind="the index of a batch-blocked ember artifact",
                  format_name="batch-blocked artifact")
     digest = verify_digest(data, source)
@@ -81,7 +91,10 @@ def parse_block_index(data: Any, source: str) -> BlockIndex:
 
 
 def _parse(data: dict[str, Any], digest: str) -> BlockIndex:
-    _keys(data, "", required=_TOP_LEVEL - {DIGEST_FIELD}, optional={DIGEST_FIELD})
+    with_axes = data["format_version"] == BLOCKS_FORMAT_VERSION_AXES
+    _keys(data, "", required=_TOP_LEVEL - {DIGEST_FIELD} | ({_AXES_FIELD} if with_axes
+                                                             else set()),
+          optional={DIGEST_FIELD})
     batch_inputs = _names(data["batch_inputs"], "batch_inputs")
     if not batch_inputs:
         raise SchemaError("batch_inputs", "is empty: some input must carry the batch")
@@ -104,11 +117,19 @@ def _parse(data: dict[str, Any], digest: str) -> BlockIndex:
     if 1 not in sizes:
         raise SchemaError("blocks", f"has no block of 1 sample (sizes {sizes}), so some batch "
                                     f"sizes could not be served")
+    batch_outputs = _names(data["batch_outputs"], "batch_outputs")
+    output_axes = []
+    if with_axes:
+        for name, axis in _object(data[_AXES_FIELD], _AXES_FIELD).items():
+            where = f"{_AXES_FIELD}.{name}"
+            if name not in batch_outputs:
+                raise SchemaError(where, "names no batch output")
+            output_axes.append((name, _int(axis, where, 1, MAX_AXIS)))
     return BlockIndex(model=_str(data["model"], "model"),
                       ember_version=_str(data["ember_version"], "ember_version"),
-                      batch_inputs=batch_inputs,
-                      batch_outputs=_names(data["batch_outputs"], "batch_outputs"),
-                      blocks=tuple(sorted(blocks, reverse=True)), digest=digest)
+                      batch_inputs=batch_inputs, batch_outputs=batch_outputs,
+                      blocks=tuple(sorted(blocks, reverse=True)), digest=digest,
+                      output_axes=tuple(output_axes))
 
 
 def _names(value: Any, where: str) -> tuple[str, ...]:
@@ -234,13 +255,15 @@ class BatchBlockedModel:
         arrays, batch = self._checked(feeds)
         sizes = plan_blocks(batch, self.block_sizes)
         assert sizes is not None  # a block of 1 exists (checked at load)
+        axes = dict(self.index.output_axes)
         checked = out and check_block_outputs(out, self.outputs, self.blocks[0][0], batch,
-                                               self.index.batch_outputs)
+                                               self.index.batch_outputs, axes)
         if len(sizes) == 1:  # a batch of a block's size: that block alone, on the inputs
             result = self._runners[batch](arrays, checked)
         else:
             result = run_in_blocks(arrays, self.index.batch_inputs, self.index.batch_outputs,
-                                   [(size, self._runners[size]) for size in sizes], checked)
+                                   [(size, self._runners[size]) for size in sizes], checked,
+                                   axes)
         if out:
             result.update(out)  # the caller's very arrays
         return result
@@ -289,6 +312,7 @@ def _check_blocks(index: BlockIndex, blocks: list[tuple[int, CompiledModel]],
             raise ModelLoadError(f"{where}: {BLOCKS_FILE} names the {kind}(s) {unknown}, which "
                                  f"the blocks do not have; {_REMEDY}")
     rows: dict[str, int] = {}
+    axes = dict(index.output_axes)
     for size, model in blocks:
         label = f"{where}: block '{block_directory(size)}'"
         for kind, specs, reference, batched, per_sample in (
@@ -305,11 +329,14 @@ def _check_blocks(index: BlockIndex, blocks: list[tuple[int, CompiledModel]],
                                              f"{spec.describe()}, not {ref.describe()} as in "
                                              f"the other blocks; {_REMEDY}")
                     continue
-                if not spec.shape or spec.shape[1:] != ref.shape[1:]:
+                axis = axes.get(spec.name, 0) if per_sample else 0
+                if len(spec.shape) <= axis or \
+                        spec.shape[:axis] + spec.shape[axis + 1:] != \
+                        ref.shape[:axis] + ref.shape[axis + 1:]:
                     raise ModelLoadError(f"{label}: {kind} '{spec.name}' is {spec.describe()}, "
                                          f"which does not match the other blocks but in its "
                                          f"batch; {_REMEDY}")
-                count = spec.shape[0] // size if spec.shape[0] % size == 0 else -1
+                count = spec.shape[axis] // size if spec.shape[axis] % size == 0 else -1
                 expected = rows.setdefault(spec.name, count) if per_sample else 1
                 if count != expected or count < 1:
                     raise ModelLoadError(f"{label}: {kind} '{spec.name}' is {spec.describe()}, "

@@ -97,6 +97,8 @@ class ServedModel:
         blocked = isinstance(first, BatchBlockedModel)
         self.batch_inputs = frozenset(first.batch_inputs if blocked else ())
         self.batch_outputs = frozenset(first.index.batch_outputs if blocked else ())
+        # the batch outputs whose batch is not their first axis (a recurrent layer's states)
+        self._output_axes = dict(first.index.output_axes if blocked else ())
         self._dtypes = {spec.name: numpy_dtype(spec.dtype) for spec in self.inputs}
         self._output_names = [spec.name for spec in self.outputs]
         for spec in (*self.inputs, *self.outputs):
@@ -113,9 +115,14 @@ class ServedModel:
     def metadata(self) -> dict[str, Any]:
         """The protocol's model metadata: a batch dim is -1 (any size)."""
         def tensors(specs: Sequence[TensorSpec], batched: frozenset[str]) -> list[dict]:
-            return [{"name": spec.name, "datatype": datatype_of(numpy_dtype(spec.dtype)),
-                     "shape": [-1, *spec.shape[1:]] if spec.name in batched else
-                     list(spec.shape)} for spec in specs]
+            described = []
+            for spec in specs:
+                shape = list(spec.shape)
+                if spec.name in batched:
+                    shape[self._output_axes.get(spec.name, 0)] = -1
+                described.append({"name": spec.name, "shape": shape,
+                                  "datatype": datatype_of(numpy_dtype(spec.dtype))})
+            return described
 
         return {"name": self.name, "versions": ["1"], "platform": "ember",
                 "inputs": tensors(self.inputs, self.batch_inputs),
@@ -201,8 +208,10 @@ class ServedModel:
             for name in item.outputs:
                 value = outputs[name]
                 if name in self.batch_outputs:
-                    rows = value.shape[0] // padded
-                    value = value[rows * start:rows * (start + item.samples)]
+                    axis = self._output_axes.get(name, 0)
+                    rows = value.shape[axis] // padded
+                    value = value[(slice(None),) * axis +
+                                  (slice(rows * start, rows * (start + item.samples)),)]
                 mine[name] = value
             results.append(mine)
             start += item.samples

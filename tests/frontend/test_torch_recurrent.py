@@ -111,8 +111,7 @@ def test_a_projected_lstm_is_decomposed_and_still_correct():
 
 
 class _Sequence(nn.Module):
-    """The output sequence only (h_n has the batch second: a batch split refuses to return
-    it, as blocks are joined along the first axis)."""
+    """The output sequence only."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -161,3 +160,36 @@ def test_torch_compile_with_allow_rnn_compiles_the_lstm(batch_first):
     torch._dynamo.reset()
     for got, want in zip(outputs, expected):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_final_states_with_the_batch_second_run_in_blocks_and_save(tmp_path):
+    # h_n and c_n are [layers * directions, batch, hidden]: their blocks are joined along
+    # axis 1, in the module and in the saved artifact alike.
+    import ember.runtime
+
+    torch.manual_seed(5)
+    model = _Wrapped(nn.LSTM(6, 8, num_layers=2, bidirectional=True, batch_first=True),
+                     False).eval()
+    batch = torch.export.Dim("batch", max=32)
+    module = ember.compile(model, (torch.randn(4, 5, 6),), dynamic_shapes=({0: batch},))
+    module(torch.randn(4, 5, 6).numpy())
+    assert module.batch_split is not None, module.batch_split_reason
+    assert dict(module.batch_split.output_axes) == {name: 1 for name in
+                                                    module.graph.outputs[1:]}
+    saved = ember.runtime.load(module.save(tmp_path / "lstm.ember"))
+    for size in (4, 7, 1):
+        x = torch.randn(size, 5, 6)
+        with torch.no_grad():
+            expected = [t.numpy() for t in model(x)]
+        for got in (module(x.numpy()), saved(x.numpy())):
+            assert [g.shape for g in got] == [e.shape for e in expected]
+            for g, e in zip(got, expected):
+                np.testing.assert_allclose(g, e, rtol=RTOL, atol=ATOL)
+    # caller-given output arrays take the joined states too
+    x = torch.randn(6, 5, 6)
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(x)]
+    given = [np.empty(e.shape, e.dtype) for e in expected]
+    saved(x.numpy(), out=given)
+    for g, e in zip(given, expected):
+        np.testing.assert_allclose(g, e, rtol=RTOL, atol=ATOL)

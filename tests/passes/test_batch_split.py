@@ -275,10 +275,6 @@ MIXING = {
         graph main(%x: f32[N, 1, 2, 2]) -> (%y: f32[N, 1, 1, 1], %i: i64[N, 1, 1, 1]) {
           %y, %i = MaxPool(%x) {kernel_shape=[2, 2]}
         }""", "MaxPool"),
-    "batch_left_moved_in_an_output": ("""
-        graph main(%x: f32[N, 4]) -> (%y: f32[4, N]) {
-          %y = Transpose(%x) {perm=[1, 0]}
-        }""", "output 'y' has its batch at axis 1"),
     "batch_moved_then_reduced_across": ("""
         graph main(%x: f32[N, 2, 4]) -> (%y: f32[N, 2, 4]) {
           %t = Transpose(%x) {perm=[1, 0, 2]}
@@ -326,8 +322,22 @@ def _whole_and_blocks(graph, split: BatchSplit):
     feeds = _inputs(graph, sum(BLOCKS))
     whole = executor.run(feeds)
     blocks = run_in_blocks(feeds, split.inputs, split.batch_outputs,
-                           [(size, executor.run) for size in BLOCKS])
+                           [(size, executor.run) for size in BLOCKS],
+                           output_axes=dict(split.output_axes))
     return whole, blocks
+
+
+def test_an_output_with_its_batch_moved_is_joined_along_that_axis() -> None:
+    graph = _graph("""
+        graph main(%x: f32[N, 4, 3]) -> (%y: f32[4, N, 3], %z: f32[N, 4, 3]) {
+          %y = Transpose(%x) {perm=[1, 0, 2]}
+          %z = Relu(%x)
+        }""")
+    split = analyze_batch_split(graph)
+    assert split.batch_outputs == ("y", "z") and split.output_axes == (("y", 1),)
+    whole, blocks = _whole_and_blocks(graph, split)
+    for output in ("y", "z"):
+        np.testing.assert_allclose(blocks[output], whole[output], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", sorted(SEPARABLE))

@@ -235,7 +235,14 @@ def _edit_index(artifact, edit, reseal: bool = True) -> None:
     (lambda i: i.update(batch_inputs=["w"]), True, r"batch input\(s\) \['w'\]"),
     (lambda i: i.update(batch_inputs=["scale"]), True, "input 'scale'"),
     (lambda i: i.update(extra=1), True, "not a field of this format version"),
-    (lambda i: i.update(format_version=2), True, "format version 2 is not supported"),
+    (lambda i: i.update(format_version=3), True, "format version 3 is not supported"),
+    (lambda i: i.update(format_version=2), True, "batch_output_axes"),
+    (lambda i: i.update(format_version=2, batch_output_axes={"y": 0}), True,
+     "batch_output_axes.y"),
+    (lambda i: i.update(format_version=2, batch_output_axes={"w": 1}), True,
+     "names no batch output"),
+    (lambda i: i.update(format_version=2, batch_output_axes={"y": 1}), True,
+     "does not match the other blocks"),
 ])
 def test_edited_index_is_refused(saved, tmp_path, edit, reseal, message):
     artifact = _copy(saved, tmp_path)

@@ -365,3 +365,30 @@ def test_a_padded_batch_answers_each_request_with_its_own_rows_only(artifacts):
         _close(result, mlp_reference(x, scale))
     lone = RNG.standard_normal((6, 16)).astype(np.float32)  # 4 + 2 -> 4 + 4
     _close(model.run_batch(0, [_prepared(model, lone, scale)])[0], mlp_reference(lone, scale))
+
+
+def test_outputs_with_the_batch_second_are_split_along_it(tmp_path):
+    """A batch output whose batch is its second axis (a recurrent layer's final states) is
+    cut per request along that axis, and its metadata marks that axis -1."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import ember
+    from ember.serve.protocol import InferRequest
+
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+         helper.make_node("Relu", ["x"], ["r"])], "moved",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 3])],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4, "N", 3]),
+         helper.make_tensor_value_info("r", TensorProto.FLOAT, ["N", 4, 3])])
+    module = ember.compile(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    module(np.zeros((4, 4, 3), np.float32))
+    model = ServedModel("moved", module.save(tmp_path / "moved.ember"))
+    assert [o["shape"] for o in model.metadata()["outputs"]] == [[4, -1, 3], [-1, 4, 3]]
+    xs = [RNG.standard_normal((size, 4, 3)).astype(np.float32) for size in (1, 3, 2)]
+    prepared = [model.prepare(InferRequest(None, {"x": x})) for x in xs]
+    for x, result in zip(xs, model.run_batch(0, prepared)):
+        np.testing.assert_array_equal(result["t"], x.transpose(1, 0, 2))
+        np.testing.assert_array_equal(result["r"], np.maximum(x, 0))
