@@ -28,8 +28,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def ray_server(artifacts):
+def _start(artifacts) -> tuple[str, subprocess.Popen] | str:
+    """``ember serve --replicas 2`` on a free port: its URL and process once ready, or what
+    it printed when it exited first."""
     port = _free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # no token file in the home directory
     process = subprocess.Popen(
@@ -39,28 +40,48 @@ def ray_server(artifacts):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_SECONDS
-        while True:
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.stdout.read()
-            assert time.monotonic() < deadline, "Ray Serve did not start in time"
-            time.sleep(0.5)
-        yield url, process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
         try:
-            process.wait(timeout=90)
-        finally:
-            try:  # Ray's agents may outlive the driver: the whole session goes
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            if httpx.get(f"{url}/v2/health/ready", timeout=5).status_code == 200:
+                return url, process
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None:
+            return process.stdout.read()
+        time.sleep(0.5)
+    _stop(process)
+    return "Ray Serve did not start in time"
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=90)
+    finally:
+        try:  # Ray's agents may outlive the driver: the whole session goes
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="module")
+def ray_server(artifacts):
+    # The port is chosen before Ray binds it, and Ray starts several processes of its own:
+    # on a busy machine something else can take the port first, so a second attempt.
+    failures = []
+    for _ in range(2):
+        started = _start(artifacts)
+        if not isinstance(started, str):
+            break
+        failures.append(started)
+    else:
+        pytest.fail("ember serve --replicas 2 did not start:\n" + "\n---\n".join(failures))
+    try:
+        yield started
+    finally:
+        _stop(started[1])
 
 
 def _request(i: int, inputs: dict[str, np.ndarray]) -> dict:
