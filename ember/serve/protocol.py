@@ -155,7 +155,7 @@ def _input_tensor(raw: Any, position: int, binary: bytes, offset: int
         raise ProtocolError(f"{where}.name must be a non-empty string")
     where = f"input '{name}'"
     datatype = raw.get("datatype")
-    if datatype not in DATATYPES:
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
         known = ", ".join(DATATYPES)
         raise ProtocolError(f"{where}: datatype {str(datatype)[:20]!r} is not one of {known}")
     dtype = DATATYPES[datatype]

@@ -117,3 +117,35 @@ def test_responses_send_each_output_as_the_request_asks():
     np.testing.assert_array_equal(np.frombuffer(body[length:], np.int64), b)
     plain, headers = encode_response("m", InferRequest(None, {}), {"a": a})
     assert headers == {} and "id" not in json.loads(plain)
+
+
+def test_mutated_bodies_are_parsed_or_refused_never_crash():
+    """Random byte edits, truncations and type swaps of valid bodies (JSON and binary): the
+    parser returns a request or raises ProtocolError, nothing else."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    header = json.dumps({"id": "a", "inputs": [
+        {"name": "x", "shape": [2, 3], "datatype": "FP32",
+         "parameters": {"binary_data_size": x.nbytes}},
+        {"name": "k", "shape": [2], "datatype": "INT64", "data": [1, 2]}],
+        "outputs": [{"name": "y", "parameters": {"binary_data": True}}]}).encode()
+    bodies = [(header + x.tobytes(), str(len(header))),
+              (json.dumps({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32",
+                                       "data": x.tolist()}]}).encode(), None)]
+    swaps = [b"null", b"true", b"-1", b"1e999", b'"s"', b"[]", b"{}", b"[[[]]]", b"2.5"]
+    for case in range(3000):
+        body, length = bodies[case % 2]
+        data = bytearray(body)
+        kind = case % 3
+        if kind == 0:
+            for _ in range(rng.integers(1, 4)):
+                data[rng.integers(len(data))] = rng.integers(256)
+        elif kind == 1:
+            data = data[:rng.integers(len(data))]
+        else:
+            start = rng.integers(len(data))
+            data[start:start + rng.integers(1, 8)] = swaps[rng.integers(len(swaps))]
+        try:
+            parse_request(bytes(data), length)
+        except ProtocolError as error:
+            assert error.status == 400
