@@ -56,6 +56,17 @@ async def open_gates_until_done(model: GatedModel, tasks) -> None:
         await asyncio.sleep(0.005)
 
 
+async def busy_queue(policy: BatchPolicy, first: str = "first"
+                     ) -> tuple[GatedModel, ModelQueue, list[asyncio.Task]]:
+    """A started queue of one worker, busy with the call of request ``first`` (gated)."""
+    model = GatedModel()
+    queue = ModelQueue(model, policy, ServerMetrics())
+    await queue.start()
+    tasks = [asyncio.create_task(queue.infer(request(first), 10))]
+    await until_started(model, 1)
+    return model, queue, tasks
+
+
 def run(test):
     return asyncio.run(asyncio.wait_for(test(), 30))
 
@@ -80,11 +91,7 @@ def test_a_lone_request_on_an_idle_server_runs_at_once():
 
 def test_requests_queued_behind_a_call_form_the_next_batch_by_key_and_size():
     async def scenario():
-        model = GatedModel()
-        queue = ModelQueue(model, BatchPolicy(max_batch=4), ServerMetrics())
-        await queue.start()
-        tasks = [asyncio.create_task(queue.infer(request("first"), 10))]
-        await until_started(model, 1)
+        model, queue, tasks = await busy_queue(BatchPolicy(max_batch=4), "first")
         # queued while the worker is busy: keys k and q, samples 1..3
         for name, samples, key in [("b", 1, "k"), ("c", 2, "q"), ("d", 2, "k"),
                                    ("e", 3, "k"), ("f", 1, "k"), ("g", 1, "q")]:
@@ -101,11 +108,7 @@ def test_requests_queued_behind_a_call_form_the_next_batch_by_key_and_size():
 
 def test_a_request_larger_than_the_batch_limit_runs_alone():
     async def scenario():
-        model = GatedModel()
-        queue = ModelQueue(model, BatchPolicy(max_batch=4), ServerMetrics())
-        await queue.start()
-        tasks = [asyncio.create_task(queue.infer(request("first"), 10))]
-        await until_started(model, 1)
+        model, queue, tasks = await busy_queue(BatchPolicy(max_batch=4), "first")
         tasks += [asyncio.create_task(queue.infer(request("big", 9), 10)),
                   asyncio.create_task(queue.infer(request("small", 1), 10))]
         await asyncio.sleep(0.01)
@@ -161,11 +164,7 @@ def test_models_without_a_batch_axis_run_each_request_alone():
 
 def test_a_full_queue_refuses_with_429_and_the_accepted_ones_are_answered():
     async def scenario():
-        model = GatedModel()
-        queue = ModelQueue(model, BatchPolicy(max_batch=1, max_queue=2), ServerMetrics())
-        await queue.start()
-        tasks = [asyncio.create_task(queue.infer(request("running"), 10))]
-        await until_started(model, 1)
+        model, queue, tasks = await busy_queue(BatchPolicy(max_batch=1, max_queue=2), "running")
         tasks += [asyncio.create_task(queue.infer(request(f"q{i}"), 10)) for i in range(2)]
         await asyncio.sleep(0.01)
         with pytest.raises(ProtocolError) as refused:
