@@ -217,3 +217,16 @@ def test_close_answers_every_queued_request_and_then_refuses_new_ones():
 def test_a_policy_out_of_range_is_refused(fields):
     with pytest.raises(ValueError):
         BatchPolicy(**fields)
+
+
+def test_a_request_whose_client_went_away_is_never_run():
+    async def scenario():
+        model, queue, tasks = await busy_queue(BatchPolicy(max_batch=1))
+        gone = asyncio.create_task(queue.infer(request("gone"), 10))
+        await asyncio.sleep(0.01)
+        gone.cancel()  # what the server does to a handler whose connection closed
+        tasks.append(asyncio.create_task(queue.infer(request("after"), 10)))
+        await open_gates_until_done(model, tasks)
+        await queue.close()
+        assert model.calls == [["first"], ["after"]]
+    run(scenario)
