@@ -110,7 +110,7 @@ class ModelQueue:
             pending.future.cancel()  # still queued: dropped; running: its result discarded
             raise ProtocolError(f"model '{self.model.name}' did not answer within "
                                 f"{timeout:g} s", status=504, kind="timeout") from None
-        except asyncio.CancelledError:  # the client went away: its request goes too
+        except asyncio.CancelledError:  # the handler was cancelled: its request goes too
             pending.future.cancel()
             raise
         if isinstance(result, BaseException):

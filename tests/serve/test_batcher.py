@@ -224,7 +224,7 @@ def test_a_request_whose_client_went_away_is_never_run():
         model, queue, tasks = await busy_queue(BatchPolicy(max_batch=1))
         gone = asyncio.create_task(queue.infer(request("gone"), 10))
         await asyncio.sleep(0.01)
-        gone.cancel()  # what the server does to a handler whose connection closed
+        gone.cancel()  # its handler cancelled (a server may cancel it when the client leaves)
         tasks.append(asyncio.create_task(queue.infer(request("after"), 10)))
         await open_gates_until_done(model, tasks)
         await queue.close()
