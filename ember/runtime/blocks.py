@@ -2,10 +2,10 @@
 
 A model whose graph keeps samples apart (``ember.passes.batch_split``) gives, for rows
 ``[s, s + B)`` of its batch inputs, rows ``[k*s, k*(s + B))`` of each batch output (along
-axis 0, or the output's own batch axis: a recurrent layer's final states have it second).  So a call
-with any batch size is served by the specializations already compiled: a plan of blocks
-(``[(16, run16), (16, run16), (1, run1)]`` for 33 samples) whose results are joined along
-axis 0.  Inputs without the batch go to every block whole; outputs without it are the same for
+axis 0, or the output's own batch axis: a recurrent layer's final states have it second).
+So a call with any batch size is served by the specializations already compiled: a plan of
+blocks (``[(16, run16), (16, run16), (1, run1)]`` for 33 samples) whose results are joined
+along that axis.  Inputs without the batch go to every block whole; outputs without it are the same for
 every block and are taken from the first.  Caller-given outputs (``out=``) are written in
 place: each block writes its rows of a batch output into that output's rows, and the first
 block writes the outputs without the batch.

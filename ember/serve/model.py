@@ -54,8 +54,8 @@ class ServedModel:
     """One artifact served under ``name``, loaded once per worker.
 
     Each worker owns one loaded copy (its own workspace; copies of one artifact share the
-    weights and the library, whose thread pool runs one call's parallel loops at a time and runs a concurrent
-    call's serially, so workers never multiply the threads).  ``threads``: the threads of each
+    weights and the library, whose thread pool runs one call's parallel loops at a time and
+    a concurrent call's serially, so workers never multiply the threads).  ``threads``: the threads of each
     copy's kernels (default: the CPUs this process may use, divided among the workers).
 
     A batch runs in the artifact's blocks; when running it padded up to a larger block is
