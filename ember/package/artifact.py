@@ -159,7 +159,7 @@ def save_batch_blocks(builds: Mapping[int, Build], batch_inputs: Sequence[str],
     parse_block_index(index, "the index of a batch-blocked artifact")  # a writer bug
 
     def write(staging: Path) -> None:
-        written: dict[bytes, Path] = {}  # the blocks' identical files, stored once
+        written: dict[str, Path] = {}  # the blocks' identical files, stored once
         for size, part in packed.items():
             directory = staging / block_directory(size)
             directory.mkdir()
@@ -171,18 +171,20 @@ def save_batch_blocks(builds: Mapping[int, Build], batch_inputs: Sequence[str],
 
 
 def _write_packed(packed: PackedArtifact, directory: Path,
-                  written: dict[bytes, Path] | None = None) -> None:
+                  written: dict[str, Path] | None = None) -> None:
     """Write one artifact's files into ``directory``.  ``written`` (content digest -> path)
     gathers what earlier blocks of the same artifact wrote: a file with the same bytes (the
-    blocks' weights, most often) becomes a hard link to it instead of another copy.  Each
-    block still has every file under its own name, so the reader sees ordinary artifacts;
-    where the file system has no hard links, the bytes are written again."""
+    blocks' weights, most often; compared by the SHA-256 the manifest already lists) becomes
+    a hard link to it instead of another copy.  Each block still has every file under its
+    own name, so the reader sees ordinary artifacts; where the file system has no hard links,
+    the bytes are written again."""
     contents = {**packed.files, MANIFEST_FILE: json.dumps(
         packed.manifest, indent=1, allow_nan=False).encode("utf-8")}
+    digests = packed.manifest["files"]
     for name, data in contents.items():
         target = directory / name
-        if written is not None and len(data) >= MIN_LINKED_BYTES:
-            digest = hashlib.sha256(data).digest()
+        if written is not None and name in digests and len(data) >= MIN_LINKED_BYTES:
+            digest = digests[name]
             earlier = written.get(digest)
             if earlier is not None:
                 try:
