@@ -886,7 +886,8 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     # Loaded here first, with --replicas too: a bad artifact is an error before any cluster
     # starts, and the replicas are pinned to the digests found.
     models = [ServedModel(name, path, digest=digests.get(name),
-                          workers=1 if args.replicas else args.workers, threads=args.threads)
+                          workers=1 if args.replicas else args.workers, threads=args.threads,
+                          time_blocks=not args.replicas)  # each replica times its own
               for name, path in args.models]
     policies = {model.name: policy for model in models}
     limits = ServerLimits(max_payload_bytes=int(args.max_payload_mb * (1 << 20)),

@@ -82,15 +82,11 @@ class ServedModel:
         self.name = name
         self.path = Path(path)
         shared: dict = {}  # the workers' copies share one copy of the weights
-        self.instances = [loader(path, expected_digest=digest, threads=threads,
-                                 weights_cache=shared) for _ in range(workers)]
-        first = self.instances[0]
-        # Every copy is the first one's bytes: pin the others to its digest.
-        if digest is None and workers > 1:
-            for instance in self.instances[1:]:
-                if instance.digest != first.digest:
-                    raise EmberError(f"model '{name}': the artifact at {path} changed while it "
-                                     f"was loaded; load it again")
+        first = loader(path, expected_digest=digest, threads=threads, weights_cache=shared)
+        # the other copies are pinned to the first one's bytes (the loader refuses others)
+        self.instances = [first] + [
+            loader(path, expected_digest=first.digest, threads=threads, weights_cache=shared)
+            for _ in range(workers - 1)]
         self.digest: str = first.digest
         self.inputs: tuple[TensorSpec, ...] = first.inputs
         self.outputs: tuple[TensorSpec, ...] = first.outputs
