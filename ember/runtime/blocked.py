@@ -77,9 +77,9 @@ class BlockIndex:
 def parse_block_index(data: Any, source: str) -> BlockIndex:
     """Check the format, the digest and the schema of a parsed blocks.json."""
     version = data.get("format_version") if isinstance(data, dict) else None
-    check_header(data, source, BLOCKS_FORMAT,
-                 BLOCKS_FORMAT_VERSION_AXES if version == BLOCKS_FORMAT_VERSION_AXES and
-                 not isinstance(version, bool) else BLOCKS_FORMAT_VERSION,
+    readable = BLOCKS_FORMAT_VERSION_AXES if version == BLOCKS_FORMAT_VERSION_AXES else \
+        BLOCKS_FORMAT_VERSION  # (check_header refuses any other, bools included)
+    check_header(data, source, BLOCKS_FORMAT, readable,
                  kind="the index of a batch-blocked ember artifact",
                  format_name="batch-blocked artifact")
     digest = verify_digest(data, source)
