@@ -15,17 +15,22 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 
+# K of the profiled model's TopK: more than the compiled TopK selects from a long line.
+PROFILED_TOP_K = 9
+
+
 @pytest.fixture(scope="session")
 def profiled_model() -> Callable[..., onnx.ModelProto]:
     """A builder of the model the profiler tests time: x[batch, k] -> MatMul w[k, n] ->
-    TopK(k=2, smallest: a numpy fallback step) -> Relu -> y, and the TopK indices.  ``batch`` may be
-    a symbol name."""
+    TopK(k=``.top_k``, smallest: a numpy fallback step where n > 512, a line longer than
+    the compiled TopK sorts) -> Relu -> y, and the TopK indices.  ``batch`` may be a symbol
+    name."""
 
     def build(batch: int | str, k_size: int, n_size: int) -> onnx.ModelProto:
         rng = np.random.default_rng(0)
         w = numpy_helper.from_array(
             rng.standard_normal((k_size, n_size)).astype(np.float32), "w")
-        k = numpy_helper.from_array(np.array([2], np.int64), "k")
+        k = numpy_helper.from_array(np.array([PROFILED_TOP_K], np.int64), "k")
         nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="project"),
                  helper.make_node("TopK", ["h", "k"], ["values", "indices"], axis=1,
                                   largest=0, name="best"),
@@ -33,11 +38,13 @@ def profiled_model() -> Callable[..., onnx.ModelProto]:
         graph = helper.make_graph(
             nodes, "profiled",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, k_size])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 2]),
-             helper.make_tensor_value_info("indices", TensorProto.INT64, [batch, 2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, PROFILED_TOP_K]),
+             helper.make_tensor_value_info("indices", TensorProto.INT64,
+                                           [batch, PROFILED_TOP_K])],
             initializer=[w, k])
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
+    build.top_k = PROFILED_TOP_K
     return build
 
 

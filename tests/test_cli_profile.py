@@ -23,7 +23,7 @@ from ember.cli import main
 from ember.codegen.c import kernel_symbol
 from ember.profile import Peak, Profile, build_profile, measure_peak
 
-M, K, N = 5, 12, 7
+M, K, N = 5, 12, 600  # (a TopK over lines of 600: a numpy fallback)
 STEP_FIELDS = {"index", "kind", "kernel", "ops", "nodes", "seconds", "share", "flops",
                "uncounted_ops", "gflops_per_second", "bytes", "gbytes_per_second",
                "peak_fraction", "bandwidth_fraction", "bound"}
@@ -71,7 +71,7 @@ def test_times_are_positive_and_add_up_to_at_most_the_whole_call(profile):
     assert sum(step.share for step in profile.steps) == pytest.approx(1.0)
 
 
-def test_flops_and_bytes_of_the_matmul_come_from_its_shapes(profile):
+def test_flops_and_bytes_of_the_matmul_come_from_its_shapes(profile, profiled_model):
     matmul = next(step for step in profile.steps if step.ops == ("MatMul",))
     assert matmul.flops == 2 * M * N * K
     assert matmul.bytes == 4 * (M * K + K * N + M * N)  # x and w read, h written
@@ -79,28 +79,30 @@ def test_flops_and_bytes_of_the_matmul_come_from_its_shapes(profile):
     assert matmul.gbytes_per_second == pytest.approx(matmul.bytes / matmul.seconds / 1e9)
     topk = profile.steps[1]
     assert topk.uncounted == ("TopK",) and topk.flops == 0  # no FLOPs rule: not guessed
-    assert topk.bytes == 4 * M * N + 8 + 4 * M * 2 + 8 * M * 2  # h, k -> values, indices
+    top = profiled_model.top_k
+    assert topk.bytes == 4 * M * N + 8 + 4 * M * top + 8 * M * top  # h, k -> values, indices
     relu = profile.steps[2]
-    assert relu.flops == M * 2 and relu.uncounted == ()
+    assert relu.flops == M * top and relu.uncounted == ()
 
 
 def test_shares_of_a_peak_and_the_bound_are_the_larger_share(profiled_model):
     build = ember.compile(profiled_model(M, K, N)).build
-    # seconds chosen so that the MatMul (840 FLOPs, 716 bytes) reaches 8.4% of the FMA
-    # peak and 71.6% of the bandwidth: memory-bound
-    profile = build_profile(build.graph, build.impls, [1e-7, 1e-6, 1e-9], 2e-6, repeat=3,
+    # at 1e-4 s the MatMul (72,000 FLOPs, 41,040 bytes) reaches 0.72% of the fake FMA peak
+    # and 4.1% of its bandwidth: memory-bound
+    flops, moved = 2 * M * K * N, 4 * (M * K + K * N + M * N)
+    profile = build_profile(build.graph, build.impls, [1e-4, 1e-3, 1e-9], 2e-3, repeat=3,
                             warmup=0, peak=FAKE_PEAK)
     matmul, topk, relu = profile.steps
-    assert matmul.peak_fraction == pytest.approx(840 / 1e-7 / 1e9 / 100)
-    assert matmul.bandwidth_fraction == pytest.approx(716 / 1e-7 / 1e9 / 10)
+    assert matmul.peak_fraction == pytest.approx(flops / 1e-4 / 1e9 / 100)
+    assert matmul.bandwidth_fraction == pytest.approx(moved / 1e-4 / 1e9 / 10)
     assert matmul.bound == "memory"
-    compute_bound = build_profile(build.graph, build.impls, [1e-7, 1e-6, 1e-9], 2e-6,
+    compute_bound = build_profile(build.graph, build.impls, [1e-4, 1e-3, 1e-9], 2e-3,
                                   repeat=3, warmup=0,
                                   peak=Peak(fma_gflops=1.0, bandwidth_gbs=1e6, threads=1,
                                             lanes=8))
     assert compute_bound.steps[0].bound == "compute"
     assert topk.peak_fraction == 0.0 and topk.bound == "memory"
-    assert profile.overhead_seconds == pytest.approx(2e-6 - (1e-7 + 1e-6 + 1e-9))
+    assert profile.overhead_seconds == pytest.approx(2e-3 - (1e-4 + 1e-3 + 1e-9))
     assert [step.index for step in profile.by_time()] == [1, 0, 2]
     assert [step.index for step in profile.by_time(top=1)] == [1]
     with pytest.raises(ValueError, match="2 step time"):

@@ -172,17 +172,44 @@ class Reduce(Expr):
         return 1
 
 
+@dataclass(frozen=True, eq=False)
+class ScatterUpdate:
+    """Writes at data-dependent positions after a stage's elementwise pass: for every index
+    ``u`` of ``shape`` (in row-major order, one after another), element ``target(u)`` of the
+    output becomes ``value(u)``, or ``combine(old, value(u))`` with ``combiner`` ("sum",
+    "prod", "max", "min"), where ``condition(u)`` holds.
+
+    The order is part of the meaning: with repeated targets the last write wins (or every
+    write is combined), so the loops over ``shape`` stay serial wherever a target depends on
+    them through loaded data (see ``ember.schedule.default``)."""
+
+    axes: tuple[Var, ...]
+    shape: tuple[int, ...]
+    target: tuple[Expr, ...]
+    value: Expr
+    combiner: str | None = None
+    condition: Expr | None = None
+
+    def exprs(self) -> tuple[Expr, ...]:
+        """Every expression the updates evaluate (what they read)."""
+        return (*self.target, self.value, *(() if self.condition is None else
+                                            (self.condition,)))
+
+
 @dataclass(eq=False)
 class Stage:
     """How one computed tensor is defined: its index variables and element expression.
 
     ``inputs`` are the tensors the body reads (placeholders or other stages), in first-use order.
+    ``scatter``, when set, writes into the tensor after the body has defined every element
+    (:func:`scatter`): such a stage is always stored, never inlined into its readers.
     """
 
     axes: tuple[Var, ...]
     body: Expr
     output: Tensor
     inputs: tuple[Tensor, ...] = ()
+    scatter: ScatterUpdate | None = None
 
 
 # Every live tensor by its buffer, so a stage can name the tensors its body loads from.
@@ -223,6 +250,43 @@ def compute(shape: Sequence[int], fcompute: Callable[..., Expr], name: str = "T"
     tensor = Tensor(unique, out_dtype, shape, Buffer(unique, out_dtype, shape))
     tensor.stage = Stage(axes, body, tensor, _read_tensors(body))
     _TENSORS[id(tensor.buffer)] = tensor
+    return tensor
+
+
+_SCATTER_COMBINERS = (None, "sum", "prod", "max", "min")
+
+
+def scatter(base: Callable[..., Expr], shape: Sequence[int], updates: Sequence[int],
+            target: Callable[..., Sequence[Expr]], value: Callable[..., Expr],
+            combiner: str | None = None, condition: Callable[..., Expr] | None = None,
+            name: str = "scatter", dtype: DType | None = None) -> Tensor:
+    """A tensor of ``shape`` that starts as ``base(*i)`` everywhere, then takes
+    ``value(*u)`` at ``target(*u)`` for every index ``u`` of ``updates`` in order (combined
+    with the old element by ``combiner``, only where ``condition(*u)`` holds): ScatterND,
+    ScatterElements and the writes of a sort by rank.
+
+    ``target`` must stay inside ``shape`` for every ``u`` (clamp data-dependent positions,
+    and range-check the index inputs with ``ComputeContext.require_in_range``)."""
+    if combiner not in _SCATTER_COMBINERS:
+        raise ValueError(f"unknown scatter combiner {combiner!r}")
+    tensor = compute(shape, base, name=name, dtype=dtype)
+    updates = tuple(as_size(d) for d in updates)
+    axes = tuple(Var(f"{tensor.name}_u{a}") for a in range(len(updates)))
+    coords = tuple(as_expr(c) for c in target(*axes))
+    if len(coords) != len(tensor.shape):
+        raise ValueError(f"scatter {name}: target has {len(coords)} coordinates, the tensor "
+                         f"rank {len(tensor.shape)}")
+    written = as_expr(value(*axes))
+    if written.dtype != tensor.dtype:
+        written = Cast(tensor.dtype, written)
+    where = None if condition is None else as_expr(condition(*axes))
+    update = ScatterUpdate(axes, updates, coords, written, combiner, where)
+    stage = tensor.stage
+    reads = {id(t): t for t in stage.inputs}
+    for expr in update.exprs():
+        for t in _read_tensors(expr):
+            reads.setdefault(id(t), t)
+    tensor.stage = Stage(stage.axes, stage.body, tensor, tuple(reads.values()), update)
     return tensor
 
 

@@ -17,7 +17,9 @@ readers and rewrites the readers' bodies:
   over a row) a reduction stays materialized: recomputing it per element would multiply the
   work by the row length;
 * a stage that is an output of the kernel is always materialized (in its output buffer), and
-  its readers load it from there.
+  its readers load it from there; so is a stage that scatters (``Stage.scatter``: its elements
+  are not an expression of their index), and so is every stage its scattered writes read
+  (their positions and values are evaluated once per write, in order).
 
 Masked reads (a padded border) carry their mask into every load of the inlined body, so an
 inlined producer never reads out of bounds either.
@@ -72,10 +74,14 @@ def inline_stages(stages: list[Stage], outputs: list[Tensor]) -> InlinePlan:
         reads_of[id(stage)] = _read_buffers(stage.body)
         for buffer in reads_of[id(stage)]:
             readers_of.setdefault(buffer, {})[id(stage)] = None
+    # read by the scattered writes of a stage: kept as buffers (see the module docstring)
+    scatter_reads = {n.buffer for s in stages if s.scatter is not None
+                     for expr in s.scatter.exprs() for n in walk(expr)
+                     if isinstance(n, (BufferLoad, Load))}
     inlined: list[Stage] = []
     for stage in stages:
         buffer = stage.output.buffer
-        if buffer in output_buffers:
+        if buffer in output_buffers or stage.scatter is not None or buffer in scatter_reads:
             continue
         readers = [remaining[i] for i in readers_of.get(buffer, {}) if i != id(stage)
                    and i in remaining]
@@ -96,7 +102,8 @@ def inline_stages(stages: list[Stage], outputs: list[Tensor]) -> InlinePlan:
                     readers_of.setdefault(read, {})[id(reader)] = None
         _forget(stage, remaining, reads_of, readers_of)
         inlined.append(stage)
-    rewritten = [Stage(s.axes, bodies[id(s)], s.output, s.inputs) for s in remaining.values()]
+    rewritten = [Stage(s.axes, bodies[id(s)], s.output, s.inputs, s.scatter)
+                 for s in remaining.values()]
     return InlinePlan(rewritten, inlined)
 
 

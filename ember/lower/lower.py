@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from ember.core.errors import EmberError
 from ember.core.traced import is_traced
-from ember.ir.compute import ComputeContext, Reduce, Stage, Tensor, placeholder
+from ember.ir.compute import ComputeContext, Reduce, ScatterUpdate, Stage, Tensor, placeholder
 from ember.ir.graph import Node
 from ember.lower.flatten import element_offset, flatten
 from ember.lower.inline import at_own_index, inline_stages
@@ -31,7 +31,8 @@ from ember.ir.loop.buffer import Buffer
 from ember.ir.loop.expr import INDEX, Binary, BufferLoad, Const, Expr, Load, Select, Var
 from ember.ir.loop.functor import rewrite, substitute, walk
 from ember.ir.loop.simplify import simplify
-from ember.ir.loop.stmt import Allocate, For, ForKind, PrimFunc, Stmt, Store, seq
+from ember.ir.loop.stmt import (Allocate, For, ForKind, IfThenElse, PrimFunc, Stmt, Store,
+                                 seq)
 from ember.ir.types import TensorType
 from ember.ops.registry import NoCompute, OpDef
 
@@ -116,6 +117,7 @@ def lower_compute(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]
     for index, tensor in enumerate(outputs):
         placement = placements.get(index)
         if placement is not None and (tensor.stage is None or id(tensor) in seen or
+                                      tensor.stage.scatter is not None or
                                       any(id(t) == id(tensor) for t in outputs[index + 1:])):
             raise LoweringError(f"output {index} of {name}: only a tensor computed once "
                                 f"may be placed inside a larger buffer")
@@ -163,13 +165,13 @@ def _stored_in_outputs(stages: list[Stage], outputs: Sequence[Tensor],
     last = stages[-1]
     # (inlining rebuilds stages: an output is known by its buffer)
     positions = [i for i, t in enumerate(outputs) if t.buffer == last.output.buffer]
-    if len(positions) != 1 or positions[0] in placements or \
+    if len(positions) != 1 or positions[0] in placements or last.scatter is not None or \
             any(isinstance(n, Reduce) for n in walk(last.body)):
         return []
     produced = {t.buffer for t in outputs}
     for stage in stages[:-1]:
         if stage.output.buffer in produced or stage.output.shape != last.output.shape or \
-                stage.output.dtype != last.output.dtype:
+                stage.output.dtype != last.output.dtype or stage.scatter is not None:
             continue
         reads = [n for n in walk(last.body)
                  if isinstance(n, BufferLoad) and n.buffer == stage.output.buffer]
@@ -276,7 +278,27 @@ def _lower_stage(stage: Stage, buffer_map: dict[Buffer, Buffer],
         inner = Store(out, index, stage.body)
     for axis, extent in reversed(list(zip(stage.axes, stage.output.shape))):
         inner = For(axis, Const(0, INDEX), Const(extent, INDEX), ForKind.SERIAL, inner)
+    if stage.scatter is not None:
+        if before is not None:
+            raise LoweringError(f"stage {stage.output.name}: a scatter cannot be placed "
+                                f"inside a larger buffer")
+        inner = seq(inner, _lower_scatter(stage.scatter, out))
     return _rebind_all(inner, buffer_map)
+
+
+def _lower_scatter(update: ScatterUpdate, out: Buffer) -> Stmt:
+    """The scattered writes of a stage: one serial nest over the updates, in order, each
+    iteration storing (or combining into) the element its target names."""
+    index = out.flat_index(list(update.target))
+    value = update.value
+    if update.combiner is not None:
+        value = _combine(update.combiner, Load(out, index), value)
+    write: Stmt = Store(out, index, value)
+    if update.condition is not None:
+        write = IfThenElse(update.condition, write, None)
+    for axis, extent in reversed(list(zip(update.axes, update.shape))):
+        write = For(axis, Const(0, INDEX), Const(extent, INDEX), ForKind.SERIAL, write)
+    return write
 
 
 def _lower_reduction_into_output(stage: Stage, red: Reduce, out: Buffer, index: Expr) -> Stmt:

@@ -343,11 +343,17 @@ def _coalesce(schedule: Schedule, loops: list[For], nest: For) -> For:
 def _independent(loop: For) -> bool:
     """Whether the iterations of ``loop`` write disjoint memory, as PARALLEL and VECTORIZED
     promise: every store to memory that outlives an iteration is indexed by the loop variable.
-    A scalar accumulator (a reduction to a single value: ``acc[0] = acc[0] + x[k]``) is not."""
+    A scalar accumulator (a reduction to a single value: ``acc[0] = acc[0] + x[k]``) is not,
+    nor is a scatter over its updates: a store whose position is read from memory at an index
+    that moves with the loop (two iterations may name one element, and then the later one
+    must win).  Within one update's slice -- the position read once, outside the loop -- the
+    iterations are independent again."""
 
     private = {n.buffer for n in walk(loop.body) if isinstance(n, Allocate)}
-    return all(expr_uses(n.index, loop.var) for n in walk(loop.body)
-               if isinstance(n, Store) and n.buffer not in private)
+    stores = [n for n in walk(loop.body) if isinstance(n, Store) and n.buffer not in private]
+    return all(expr_uses(n.index, loop.var) and
+               not any(isinstance(m, Load) and expr_uses(m.index, loop.var)
+                       for m in walk(n.index)) for n in stores)
 
 
 def _parallelize_outer(schedule: Schedule, loops: list[For]) -> bool:

@@ -199,11 +199,48 @@ def test_top_k_nan_infinities_and_signed_zeros():
         assert np.array_equal(np.signbit(outputs[name]), np.signbit(want))
 
 
+@pytest.mark.parametrize("largest", [1, 0], ids=["largest", "smallest"])
+def test_top_k_selects_or_counts_ranks_for_either_order_and_integers(largest):
+    """Both algorithms (selection passes where K is small against the line, counted ranks
+    elsewhere: whole sorts, K > 8) in both orders, for floats and integers, with ties."""
+    x = np.round(floats((4, 40)) * 3)  # ties: the lower index comes first
+    whole = np.round(floats((3, 7, 5)) * 2)
+    cases = [_top_k(x, k, axis=1, largest=largest) for k in (1, 3, 8, 9, 40)]
+    cases += [_top_k(whole, whole.shape[axis], axis=axis, largest=largest)
+              for axis in (0, 1, 2)]
+    cases += [_top_k(integers((5, 64), dtype, -9, 9), k, axis=1, largest=largest)
+              for dtype in (np.int32, np.int64, np.uint8) for k in (2, 64)]
+    cases += [_top_k(integers((6, 5), np.int64, -3, 3), 4, axis=0, largest=largest)]
+    module, feeds, expected = compile_cases(cases)
+    assert module.build.host_nodes == [], module.build.report()
+    outputs = module.run(feeds)
+    for name, want in expected.items():  # exactly: the values are read back, not computed
+        np.testing.assert_array_equal(outputs[name], want, err_msg=name)
+
+
+@pytest.mark.parametrize("largest", [1, 0], ids=["largest", "smallest"])
+def test_top_k_orders_nan_above_every_number_in_both_algorithms(largest):
+    x = np.array([[1.0, np.nan, 3.0, np.nan, -0.0, 0.0, -np.inf, 2.0, np.inf, 1.0, -1.0, 7.0,
+                   0.5, -2.0, np.nan, 4.0, 3.0, -5.0, 6.0, -0.0]], np.float32)
+    x = np.concatenate([x, x[:, ::-1], np.full_like(x, np.nan)])
+    # K=1..3 select (K * (K / 2 + 2) < 20), K=5 and the whole line count ranks
+    cases = [_top_k(x, k, axis=1, largest=largest) for k in (1, 2, 3, 5, 20)]
+    module, feeds, expected = compile_cases(cases)
+    assert module.build.host_nodes == []
+    outputs = module.run(feeds)
+    for name, want in expected.items():
+        np.testing.assert_array_equal(outputs[name], want, err_msg=name)
+        assert np.array_equal(np.signbit(outputs[name]), np.signbit(want)), name
+
+
 def test_top_k_beyond_the_compiled_cases_keeps_the_reference():
-    x = floats((3, 20))
-    cases = [_top_k(x, 9), _top_k(x, 3, largest=0), _top_k(x.astype(np.int64), 2)]
+    """K > 8 of a line longer than 512 elements (neither algorithm: selection needs K <= 8,
+    counting ranks is quadratic in the line)."""
+    x = floats((3, 600))
+    cases = [_top_k(x, 9), _top_k(x, 9, largest=0), _top_k(x.astype(np.int64), 20)]
     module, feeds, expected = compile_cases(cases)
     assert [impl.node.op for impl in module.build.host_nodes] == ["TopK"] * 3
+    assert all("a line of 600 elements" in impl.reason for impl in module.build.host_nodes)
     outputs = module.run(feeds)
     for name, want in expected.items():
         np.testing.assert_array_equal(outputs[name], want)
@@ -222,4 +259,18 @@ def test_cumsum(dtype):
              for axis in (0, 1, -1) for exclusive in (0, 1) for reverse in (0, 1)]
     cases += [Case("CumSum", [x.reshape(-1), np.array([0], np.int64)], constants={1}),
               Case("CumSum", [x[:, :0], np.array(1, np.int64)], constants={1})]
+    check_cases(cases)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.int64,
+                                   np.uint8], ids=lambda d: np.dtype(d).name)
+def test_cumprod(dtype):
+    """Running products (integers wrap in int64 as numpy's do, then cast back)."""
+    x = (1 + floats((3, 7, 5), dtype, 0.3)).astype(dtype) if np.dtype(dtype).kind == "f" else \
+        integers((3, 7, 5), dtype, -7 if np.dtype(dtype).kind == "i" else 0, 9)
+    cases = [Case("CumProd", [x, np.array(axis, np.int32)],
+                  {"exclusive": exclusive, "reverse": reverse}, constants={1})
+             for axis in (0, 1, -1) for exclusive in (0, 1) for reverse in (0, 1)]
+    cases += [Case("CumProd", [x.reshape(-1), np.array([0], np.int64)], constants={1}),
+              Case("CumProd", [x[:, :0], np.array(1, np.int64)], constants={1})]
     check_cases(cases)

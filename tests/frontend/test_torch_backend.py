@@ -139,26 +139,30 @@ def test_explain_says_when_dynamo_captures_nothing() -> None:
 
 
 class _Selecting(nn.Module):
-    """A Linear, then topk (a compiled TopK of 3) and ops ember converts but has no kernels
-    for: a scatter, and a sort (a TopK of the whole axis, ascending)."""
+    """A Linear, then topk (a compiled TopK of 3) and a scatter of its values (compiled), and
+    ops ember converts but has no kernels for: a sort of lines longer than the compiled TopK
+    sorts (a TopK of the whole axis, ascending), and a determinant."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc = nn.Linear(6, 10)
+        self.wide = nn.Linear(6, 600)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         values, indices = torch.topk(torch.relu(self.fc(x)), 3, dim=-1)
         spread = torch.zeros(x.shape[0], 10).scatter(1, indices, values)
-        return spread + torch.sort(x, dim=-1)[0].sum(-1, keepdim=True)
+        lowest = torch.sort(self.wide(x), dim=-1)[0][:, :10]
+        return spread + lowest + torch.linalg.det(x[:, :4].reshape(-1, 2, 2))[:, None]
 
 
 def test_ops_without_kernels_run_in_pytorch_and_are_not_counted_compiled() -> None:
     model, x = _Selecting().eval(), torch.randn(4, 6)
     result = explain(model, x)
     fallen = {f.op: f.reason for f in result.fallbacks}
-    assert set(fallen) == {"aten.scatter.src", "aten.sort.default"}
-    assert "no kernel for ScatterElements" in fallen["aten.scatter.src"]
+    assert set(fallen) == {"aten._linalg_det.default", "aten.sort.default"}
+    assert "no kernel for Det" in fallen["aten._linalg_det.default"]
     assert "TopK kernel does not cover it" in fallen["aten.sort.default"]
+    assert "a line of 600 elements" in fallen["aten.sort.default"]
     (graph,) = result.graphs
     assert graph.compiled_nodes == graph.compute_nodes - 2
     assert 0.0 < result.compiled_flop_share < 1.0
@@ -177,7 +181,7 @@ def test_explain_counts_numpy_references_inside_ember_parts(monkeypatch) -> None
     (graph,) = result.graphs
     assert not graph.fallbacks
     referenced = {f.op for f in graph.references}
-    assert referenced == {"aten.scatter.src", "aten.sort.default"}
+    assert referenced == {"aten._linalg_det.default", "aten.sort.default"}
     assert graph.compiled_nodes == graph.compute_nodes - 2
     assert result.compiled_flop_share < 1.0
     assert "2 as numpy references" in str(result)
@@ -345,15 +349,15 @@ def test_aot_compile_names_every_unsupported_op() -> None:
 
 
 def test_aot_compile_refuses_ops_without_kernels_unless_allowed(tmp_path, caplog) -> None:
-    # The scatter and the sort (an ascending TopK of the whole axis) convert but have no
-    # compiled kernel: the artifact would need ember's numpy references, which the bare
-    # runtime does not have.  The topk of 3 compiles.
+    # The determinant and the sort of long lines (an ascending TopK of the whole axis)
+    # convert but have no compiled kernel: the artifact would need ember's numpy references,
+    # which the bare runtime does not have.  The topk of 3 and the scatter compile.
     model, x = _Selecting().eval(), torch.randn(4, 6)
     with pytest.raises(UnsupportedOpError) as caught:
         ember.compile(model, (x,))
     message = str(caught.value)
     assert "TopK (node 'sort')" in message and "TopK (node 'topk')" not in message
-    assert "ScatterElements (node 'scatter')" in message
+    assert "Det (node" in message and "ScatterElements" not in message
     assert "allow_fallbacks=True" in message
 
     module = ember.compile(model, (x,), allow_fallbacks=True)

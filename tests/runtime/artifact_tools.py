@@ -111,24 +111,31 @@ def compile_c(source: str, output: Path) -> Path:
     return output
 
 
+# The TopK of topk_model: 9 smallest of lines of 600 -- past what the compiled TopK takes
+# (up to 8 values by selection from any line, any K from lines of up to 512 by counting
+# ranks), so the node stays a host node running its numpy reference.
+TOPK_ROWS, TOPK_LENGTH, TOPK_K = 3, 600, 9
+
+
 def topk_model():
-    """x[3, 5] -> Relu -> TopK(k=2, smallest: no compiled kernel, a host node) -> Mul 2 -> y,
-    indices."""
-    k = numpy_helper.from_array(np.array([2], np.int64), "k")
+    """x[3, 600] -> Relu -> TopK(k=9, smallest: no compiled kernel, a host node) -> Mul 2 ->
+    y, indices."""
+    k = numpy_helper.from_array(np.array([TOPK_K], np.int64), "k")
     two = numpy_helper.from_array(np.array(2, np.float32), "two")
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("TopK", ["r", "k"], ["values", "indices"], axis=1, largest=0,
                               name="topk"),
              helper.make_node("Mul", ["values", "two"], ["y"], name="mul")]
     graph = helper.make_graph(
-        nodes, "topk", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2]),
-         helper.make_tensor_value_info("indices", TensorProto.INT64, [3, 2])],
+        nodes, "topk",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [TOPK_ROWS, TOPK_LENGTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [TOPK_ROWS, TOPK_K]),
+         helper.make_tensor_value_info("indices", TensorProto.INT64, [TOPK_ROWS, TOPK_K])],
         initializer=[k, two])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def numpy_topk(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The outputs of :func:`topk_model` for ``x`` with distinct positive values per row."""
-    indices = np.argsort(x, axis=1, kind="stable")[:, :2]  # the two smallest
+    indices = np.argsort(x, axis=1, kind="stable")[:, :TOPK_K]  # the smallest
     return 2 * np.take_along_axis(x, indices, axis=1), indices

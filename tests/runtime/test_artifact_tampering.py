@@ -23,7 +23,8 @@ import pytest
 import ember
 import ember.runtime
 from artifact_tools import (compile_c, edit_manifest, load_in_subprocess, mlp_model,
-                            numpy_mlp, numpy_topk, read_manifest, refresh_digests, topk_model)
+                            numpy_mlp, numpy_topk, read_manifest, refresh_digests, topk_model,
+                            TOPK_K, TOPK_LENGTH, TOPK_ROWS)
 from ember.core.errors import ModelLoadError
 
 X = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
@@ -398,7 +399,8 @@ def topk_artifact(topk_module, tmp_path) -> Path:
     return topk_module.save(tmp_path / "topk.ember")
 
 
-TOPK_X = np.random.default_rng(2).uniform(1, 2, (3, 5)).astype(np.float32)
+TOPK_X = np.random.default_rng(2).uniform(1, 2, (TOPK_ROWS, TOPK_LENGTH)).astype(
+    np.float32)
 
 
 def _edit_host_nodes(artifact: Path, edit) -> None:
@@ -433,9 +435,9 @@ HOST_NODE_EDITS = {
                    "op 'NoSuchOp' is not registered"),
     "two nodes": (lambda d: _node(d)["nodes"].append(dict(_node(d)["nodes"][0])),
                   "value 'values' is defined twice"),
-    "bigger output type": (lambda d: _node(d)["types"]["values"].update(shape=[3, 5]),
-                           r"value 'values' is f32\[3, 5\], the manifest's buffer is "
-                           r"float32\[3, 2\]"),
+    "bigger output type": (lambda d: _node(d)["types"]["values"].update(shape=[3, 10]),
+                           rf"value 'values' is f32\[3, 10\], the manifest's buffer is "
+                           rf"float32\[3, {TOPK_K}\]"),
     "an input less": (lambda d: (_node(d)["nodes"][0].update(inputs=["r"]),
                                  _node(d).update(inputs=["r"])),
                       "TopK takes 2"),
@@ -461,9 +463,10 @@ def test_host_node_buffers_are_checked_against_the_library(topk_artifact):
     """The callback gets views sized from the manifest's host-node entries: a larger one
     would let the reference write past the library's buffer."""
     edit_manifest(topk_artifact, lambda m: m["host_nodes"][0]["outputs"][0].update(
-        shape=[3, 5]))
+        shape=[3, 10]))
     with pytest.raises(ModelLoadError, match=r"host_nodes\[0\].outputs\[0\] \('values'\) is "
-                                             r"float32\[3, 5\] in the manifest, float32\[3, 2\]"):
+                                             rf"float32\[3, 10\] in the manifest, "
+                                             rf"float32\[3, {TOPK_K}\]"):
         ember.load(topk_artifact)
 
 

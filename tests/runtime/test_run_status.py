@@ -14,7 +14,8 @@ from onnx import TensorProto, helper
 
 import ember
 import ember.runtime
-from artifact_tools import numpy_topk, read_manifest, topk_model
+from artifact_tools import (TOPK_K, TOPK_LENGTH, TOPK_ROWS, numpy_topk, read_manifest,
+                            topk_model)
 from ember.core.errors import ExecutionError
 
 DATA = np.arange(12, dtype=np.float32).reshape(4, 3)
@@ -82,18 +83,19 @@ def test_a_failing_fallback_node_raises_its_own_error(tmp_path):
             calls.append([a.shape for a in inputs])
             if len(calls) == 2:
                 raise _ReferenceFailed(f"{entry.op} broke on call 2")
-            values = np.sort(inputs[0], axis=1)[:, :2]  # the two smallest, as the node
+            values = np.sort(inputs[0], axis=1)[:, :TOPK_K]  # the smallest, as the node
             return [np.ascontiguousarray(values),
-                    np.argsort(inputs[0], axis=1, kind="stable")[:, :2]]
+                    np.argsort(inputs[0], axis=1, kind="stable")[:, :TOPK_K]]
         return run
 
     model = ember.runtime.load(artifact, host_resolver=resolver)
-    x = np.random.default_rng(0).uniform(1, 2, (3, 5)).astype(np.float32)
+    x = np.random.default_rng(0).uniform(1, 2, (TOPK_ROWS, TOPK_LENGTH)).astype(
+        np.float32)
     y, indices = model(x)
     expected_y, expected_indices = numpy_topk(x)
     np.testing.assert_allclose(y, expected_y, rtol=1e-6)
     np.testing.assert_array_equal(indices, expected_indices)
-    assert calls == [[(3, 5), (1,)]]  # the callback's views have the manifest's shapes
+    assert calls == [[(TOPK_ROWS, TOPK_LENGTH), (1,)]]  # the callback's views have the manifest's shapes
     with pytest.raises(_ReferenceFailed, match="TopK broke on call 2"):
         model(x)
     y, _ = model(x)  # the error did not stick
@@ -103,7 +105,7 @@ def test_a_failing_fallback_node_raises_its_own_error(tmp_path):
 def test_a_fallback_returning_the_wrong_shape_is_an_execution_error(tmp_path):
     artifact = ember.compile(topk_model()).save(tmp_path / "topk.ember")
     model = ember.runtime.load(artifact, host_resolver=lambda entry: lambda inputs: [
-        np.zeros((3, 5), np.float32), np.zeros((3, 2), np.int64)])
+        np.zeros((3, 5), np.float32), np.zeros((TOPK_ROWS, TOPK_K), np.int64)])
     with pytest.raises(ExecutionError, match=r"fallback node 'topk' \(TopK\) produced "
                                              r"float32\[3, 5\], compiled code expects"):
-        model(np.ones((3, 5), np.float32))
+        model(np.ones((TOPK_ROWS, TOPK_LENGTH), np.float32))

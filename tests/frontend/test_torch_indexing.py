@@ -1,0 +1,98 @@
+"""Sorts, scatters and running products from PyTorch compiled, on both torch routes.
+
+``torch.sort``/``argsort``/``topk`` become ember TopK nodes, ``scatter``/``scatter_add``/
+``scatter_reduce`` ScatterElements, ``index_put`` ScatterND, ``cumprod`` CumProd: each now has
+a compiled kernel, so the AOT route compiles such a model whole (an artifact the bare runtime
+loads) and ``torch.compile`` hands them to ember instead of leaving them to PyTorch.  Oracle:
+torch eager on the same inputs, with repeated scatter positions and tied values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import ember
+import ember.runtime
+from ember import explain
+
+
+class _Ranking(nn.Module):
+    """Sorts both ways, argsort, the smallest K, a scatter of the top values into zeros, a
+    scatter-add and an amax scatter_reduce with repeated positions, a running product."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(12, 40)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        exact = self.fc(x)
+        h = torch.round(exact * 4) / 4  # ties, ordered by index in stable sorts
+        ascending, order = torch.sort(h, dim=-1, stable=True)
+        descending = torch.sort(h, dim=-1, descending=True, stable=True)[0]
+        # (torch.topk orders ties as it likes: no ties here)
+        smallest, where = torch.topk(exact, 5, dim=-1, largest=False)
+        spread = torch.zeros_like(h).scatter(1, where, smallest)
+        added = h.scatter_add(1, positions, torch.ones_like(positions, dtype=h.dtype))
+        peaks = h.scatter_reduce(1, positions, h[:, :positions.shape[1]], reduce="amax")
+        running = torch.cumprod(torch.sigmoid(h[:, :8]) + 0.5, dim=1)
+        return ascending, order, descending, spread, added, peaks, running, \
+            torch.argsort(h[:, ::2], dim=-1, stable=True)
+
+
+class _Writing(nn.Module):
+    """index_put with repeated rows (accumulated) and assignment into a slice of rows."""
+
+    def forward(self, x: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        accumulated = torch.zeros(6, x.shape[1]).index_put((rows,), x, accumulate=True)
+        replaced = x.clone()
+        replaced[rows[:2]] = x[:2] * 10
+        return accumulated, replaced
+
+
+def _inputs():
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(4, 12, generator=generator)
+    positions = torch.randint(0, 40, (4, 9), generator=generator)
+    return x, positions
+
+
+def _assert_same(got, expected) -> None:
+    for g, e in zip(got, expected):
+        e = e.numpy()
+        assert np.asarray(g).dtype == e.dtype, (np.asarray(g).dtype, e.dtype)
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_aot_compiles_sorts_scatters_and_running_products_whole(tmp_path) -> None:
+    model, inputs = _Ranking().eval(), _inputs()
+    module = ember.compile(model, inputs)  # refuses any op left to numpy references
+    assert module.build.host_nodes == []
+    with torch.no_grad():
+        expected = model(*inputs)
+    arrays = [t.numpy() for t in inputs]
+    _assert_same(module(*arrays), expected)
+    bare = ember.runtime.load(module.save(tmp_path / "ranking.ember"))
+    _assert_same(bare(*arrays), expected)
+
+
+def test_aot_compiles_index_put_with_repeated_rows() -> None:
+    model = _Writing().eval()
+    x, rows = torch.randn(5, 7), torch.tensor([3, 0, 3, 5, 0])
+    module = ember.compile(model, (x, rows))
+    assert module.build.host_nodes == []
+    _assert_same(module(x.numpy(), rows.numpy()), model(x, rows))
+
+
+@pytest.mark.parametrize("model", [_Ranking, _Writing], ids=lambda m: m.__name__)
+def test_torch_compile_hands_them_to_ember(model) -> None:
+    module = model().eval()
+    inputs = _inputs() if model is _Ranking else (torch.randn(5, 7),
+                                                   torch.tensor([3, 0, 3, 5, 0]))
+    result = explain(module, *inputs)
+    assert not result.fallbacks, [(f.op, f.reason) for f in result.fallbacks]
+    assert all(not graph.references for graph in result.graphs)
+    with torch.no_grad():
+        _assert_same([t.numpy() for t in result.compiled(*inputs)], module(*inputs))
