@@ -22,6 +22,7 @@ import ember
 from ember.core.dtypes import DType
 from ember.interp import ReferenceExecutor
 from ember.ir.types import TensorType
+from ember.ops.compute.reduce import _selects
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(20240612)
@@ -224,6 +225,7 @@ def test_top_k_orders_nan_above_every_number_in_both_algorithms(largest):
                    0.5, -2.0, np.nan, 4.0, 3.0, -5.0, 6.0, -0.0]], np.float32)
     x = np.concatenate([x, x[:, ::-1], np.full_like(x, np.nan)])
     # K=1..3 select (K * (K / 2 + 2) < 20), K=5 and the whole line count ranks
+    assert [_selects(k, 20) for k in (1, 2, 3, 5, 20)] == [True, True, True, False, False]
     cases = [_top_k(x, k, axis=1, largest=largest) for k in (1, 2, 3, 5, 20)]
     module, feeds, expected = compile_cases(cases)
     assert module.build.host_nodes == []

@@ -13,7 +13,8 @@ import textwrap
 
 
 # A spread of kernels: convolution and pooling with padding, matrix products, reductions,
-# indexing with negative indices, integer division, casts, normalizations, broadcasting.
+# indexing with negative indices, scatters, sorts, integer division, casts, normalizations,
+# broadcasting.
 CASES = (
     r"^test_(conv_with_strides_padding|convtranspose$|basic_conv_with_padding|"
     r"maxpool_2d_pads|averagepool_2d_pads_count_include_pad|globalaveragepool$|"
@@ -26,7 +27,11 @@ CASES = (
     r"div_int8|mod_mixed_sign_int32|cast_FLOAT_to_FLOAT16|cast_FLOAT16_to_FLOAT|"
     r"where_long_example|clip_default_int8_inbounds|sigmoid$|gelu_tanh_2|"
     r"bitshift_right_uint16|cumsum_2d_negative_axis|depthtospace_crd_mode_example|"
-    r"trilu_lower_neg)$"
+    r"trilu_lower_neg|"
+    # writes at positions read from data: scatters, a sort by rank, running products
+    r"scatter_elements_with_negative_indices|scatter_elements_with_duplicate_indices|"
+    r"scatternd_add|scatternd_max_with_element_indices|tensorscatter_circular|"
+    r"top_k_smallest|top_k_same_values_2d|cumprod_2d_axis_1)$"
 )
 
 CHILD = textwrap.dedent("""
