@@ -22,9 +22,13 @@ does -- TVM calls the transformation ``rfactor``::
 
 Only sums, maxima and minima of floating-point values qualify, whose reassociation changes a
 sum by rounding only (as every vectorized or multithreaded sum does) and a maximum or minimum
-not at all (NaN still propagates: ember's max and min return a NaN operand).  Each load of the
-reduced value must walk memory contiguously (or not move) along the loop, so that the partials
-load one vector at a time; a gather would cost more than the scalar loop.
+not at all (NaN still propagates: ember's max and min return a NaN operand), and maxima and
+minima of integers (exact in any order: the index passes of a TopK).  A reduction under a
+condition (``t[0] = select(c, max(t[0], x), t[0])``, a term that only some iterations
+contribute) qualifies too: the condition moves into the term, which becomes the operation's
+identity where it is false.  Each load of the reduced value must walk memory contiguously (or
+not move) along the loop, so that the partials load one vector at a time; a gather would cost
+more than the scalar loop.
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
+import numpy as np
+
 from ember.core.traced import as_size, may_be_nonzero, size_class
 from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.ir.loop.affine import split_affine
 from ember.ir.loop.buffer import Buffer
-from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Var
+from ember.ir.loop.expr import INDEX, Binary, Const, Expr, Load, Select, Var
 from ember.ir.loop.functor import rewrite, substitute, walk
 from ember.ir.loop.simplify import simplify
 from ember.ir.loop.stmt import Allocate, For, ForKind, PrimFunc, Seq, Stmt, Store
@@ -94,7 +100,7 @@ def _lane_parallel(loop: For, target: Target, taken: set[str],
     base = loop.var.name
     lane, outer = Var(f"{base}_l", INDEX), Var(f"{base}_o", INDEX)
     combine_lane, tail = Var(f"{base}_c", INDEX), Var(f"{base}_t", INDEX)
-    identity = Const(_IDENTITY[op], accumulator.dtype)
+    identity = _identity(op, accumulator.dtype)
     at = Binary("add", Binary("mul", outer, Const(lanes, INDEX)), lane)
     if start:
         at = Binary("add", at, Const(start, INDEX))
@@ -130,11 +136,16 @@ def _row_reduction(loop: For) -> tuple[Buffer, str, Expr] | None:
         return None
     accumulator = store.buffer
     if accumulator.scope != "local" or accumulator.shape != (1,) or \
-            accumulator.dtype not in (DType.FLOAT32, DType.FLOAT64) or \
             not _is_zero(store.index):
         return None
-    value = store.value
+    value, condition = store.value, None
+    if isinstance(value, Select) and _is_accumulator(value.false_value, accumulator):
+        value, condition = value.true_value, value.cond  # contributes where the condition holds
     if not isinstance(value, Binary) or value.op not in _IDENTITY:
+        return None
+    dtype = accumulator.dtype
+    if not (dtype in (DType.FLOAT32, DType.FLOAT64) or
+            (dtype.is_int and dtype != DType.BOOL and value.op in ("max", "min"))):
         return None
     if _is_accumulator(value.a, accumulator):
         term = value.b
@@ -142,6 +153,8 @@ def _row_reduction(loop: For) -> tuple[Buffer, str, Expr] | None:
         term = value.a
     else:
         return None
+    if condition is not None:
+        term = Select(condition, term, _identity(value.op, dtype))
     for node in walk(term):
         if isinstance(node, Load):
             if node.buffer == accumulator or node.index.lanes != 1 or node.mask is not None:
@@ -149,6 +162,14 @@ def _row_reduction(loop: For) -> tuple[Buffer, str, Expr] | None:
             if split_affine(node.index, loop.var)[0] not in (0, 1):
                 return None
     return accumulator, value.op, term
+
+
+def _identity(op: str, dtype: DType) -> Const:
+    """The value that leaves the accumulator of ``op`` unchanged, in ``dtype``."""
+    if dtype.is_float:
+        return Const(_IDENTITY[op], dtype)
+    info = np.iinfo(dtype.numpy)
+    return Const(int(info.min if op == "max" else info.max), dtype)
 
 
 def _is_accumulator(expr: Expr, accumulator: Buffer) -> bool:

@@ -92,6 +92,27 @@ def test_short_rows_strided_rows_and_integers_stay_scalar():
     assert vectorize_reductions(ints, SSE) is ints
 
 
+@pytest.mark.parametrize("dtype", [DType.INT32, DType.INT64])
+@pytest.mark.parametrize("reducer, reference", [(reduce_max, np.max), (reduce_min, np.min)])
+def test_integer_extremes_and_conditioned_terms_are_lane_parallel(dtype, reducer, reference):
+    """Integer maxima and minima (exact in any order), and a term only some iterations
+    contribute (a TopK's "not chosen yet"): the condition becomes the identity in the term."""
+    length, rows = 37, 3
+    x = placeholder((rows, length), dtype, "x")
+    skip = placeholder((rows,), DType.INT64, "skip")
+    k = reduce_axis(length, "k")
+    y = compute((rows,), lambda i: reducer(x[i, k], k, condition=k.ne(skip[i])), "r")
+    func = vectorize_reductions(lower_compute("masked", [x, skip], [y]), SSE)
+    assert any(isinstance(n, For) and n.kind is ForKind.VECTORIZED for n in walk(func.body))
+    rng = np.random.default_rng(3)
+    values = rng.integers(-1000, 1000, (rows, length)).astype(dtype.numpy)
+    skipped = np.array([0, 5, length - 1], np.int64)
+    values[np.arange(rows), skipped] = 5000 if reducer is reduce_max else -5000
+    (out,) = run_outputs(func, [values, skipped])  # the interpreter checks independence
+    kept = np.ma.masked_array(values, np.arange(length)[None, :] == skipped[:, None])
+    np.testing.assert_array_equal(out, reference(kept, axis=1).data)
+
+
 def _reduce_model(op: str, length: int):
     """A one-node ONNX model reducing (or, for Softmax, normalizing) the rows of 5 x length."""
     if op == "Softmax":
