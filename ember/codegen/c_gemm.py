@@ -278,7 +278,9 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
     blocks_m, blocks_n, panels_per_task = _task_grid(s)
     fresh, line = em.names.fresh, em.line
     task = fresh("task")
-    parallel = tasks > 1 and knobs.parallel
+    # (a traced count goes to the pool whatever it is at run time -- one task runs inline --
+    # so that the code does not depend on which side of 1 the traced sample fell)
+    parallel = knobs.parallel and (is_traced(tasks) or tasks > 1)
 
     def task_body(inner: int) -> None:
         bt, tm, tn = fresh("bt"), fresh("tm"), fresh("tn")

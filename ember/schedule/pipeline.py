@@ -33,7 +33,7 @@ from typing import Callable
 from ember.core.dtypes import DType
 from ember.core.errors import VerificationError
 from ember.core.target import Target
-from ember.core.traced import plain
+from ember.core.traced import plain, size_class
 from ember.ir.loop.printer import format_func
 from ember.ir.loop.stmt import Gemm, GemmKnobs, PrimFunc
 from ember.ir.loop.verifier import verify_func
@@ -256,7 +256,10 @@ class _ConfigGemmChooser(GemmChooser):
                  sorted({min(mr * f, rows) for f in (1, 2, 4, 8, 16, 32, 64)}),
                  "rows of a task (a multiple of the tile's rows)")
         columns = -(-n // nr) * nr
-        widest = fold_columns_limit(mc, nr) if fold or shape.out_runs or turned else columns
+        # (a traced n is planned for by its class, as default_knobs plans it: a task as wide
+        # as the sample's columns made sizes of one class differ in their code)
+        planned = -(-size_class(shape.n) // nr) * nr
+        widest = fold_columns_limit(mc, nr) if fold or shape.out_runs or turned else planned
         nc = ask(f"{name}.nc", min(proposed.nc, widest),
                  sorted({min(nr * f, columns, widest) for f in (1, 2, 4, 8, 16, 32, 64)}),
                  "columns of a task (a multiple of the tile's columns)")

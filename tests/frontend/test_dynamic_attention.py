@@ -109,3 +109,18 @@ def test_torch_compile_route(kind: str, attention: str, caplog) -> None:
                "compiling a specialization" in r.getMessage())]
     assert 1 <= len(builds) <= 2, builds
     torch._dynamo.reset()
+
+
+def test_a_build_traced_at_the_bottom_of_a_length_class_serves_the_whole_class() -> None:
+    """Traced at length 32 (the first size of the class 32..63), the build serves 40 and 47
+    too: the GEMM blocking is planned for the class (its task width once followed the traced
+    sample's columns, and its task count decided on which side of 1 the sample fell, so the
+    two traces differed and every length of the class compiled its own build)."""
+    model = _model("roberta", "sdpa")
+    module = ember.compile(model, _inputs(4, 32), dynamic_shapes=_dims())
+    for batch, length in [(4, 32), (2, 40), (6, 47), (3, 33)]:
+        ids, mask = _inputs(batch, length)
+        output = module(ids.numpy(), mask.numpy())
+        output = output[0] if isinstance(output, tuple) else output
+        np.testing.assert_allclose(output, _expected(model, ids, mask), rtol=RTOL, atol=ATOL)
+    assert len(module.build_reasons) <= 2, module.build_reasons

@@ -96,3 +96,34 @@ def test_torch_compile_hands_them_to_ember(model) -> None:
     assert all(not graph.references for graph in result.graphs)
     with torch.no_grad():
         _assert_same([t.numpy() for t in result.compiled(*inputs)], module(*inputs))
+
+
+class _Shifted(nn.Module):
+    """A decoder's inputs shifted right by one (BART, T5, Marian): writes into slices of a
+    tensor whose sizes are known only at run time."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        shifted = ids.new_zeros(ids.shape)
+        shifted[:, 1:] = ids[:, :-1].clone()
+        shifted[:, 0] = 2
+        shifted[:, -2:-1] = 7  # bounds counted from the end
+        return shifted * 3
+
+
+def test_slices_written_with_run_time_sizes_compile_without_a_build_per_size() -> None:
+    model = _Shifted()
+    sizes = [(2, 16), (3, 16), (5, 23), (2, 31)]  # one class of lengths
+    result = explain(model, torch.randint(0, 100, sizes[0]))
+    assert not result.fallbacks, [(f.op, f.reason) for f in result.fallbacks]
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="ember", dynamic=True)
+    for size in sizes:
+        ids = torch.randint(0, 100, size)
+        assert torch.equal(fast(ids), model(ids)), size
+    batch, length = torch.export.Dim("batch", max=64), torch.export.Dim("length", min=3, max=64)
+    module = ember.compile(model, (torch.randint(0, 100, sizes[0]),),
+                           dynamic_shapes=({0: batch, 1: length},))
+    for size in sizes:
+        ids = torch.randint(0, 100, size)
+        np.testing.assert_array_equal(module(ids.numpy()), model(ids).numpy())
+    assert len(module.build_reasons) <= 2, module.build_reasons  # the traced batch and 1

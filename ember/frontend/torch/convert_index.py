@@ -27,6 +27,10 @@ def _axes(ctx: ImportContext, axes: list[int]) -> str:
     return ctx.constant(np.array(axes, dtype=np.int64))
 
 
+# The largest slice bound (what Python's open end becomes).
+INT64_MAX = (1 << 63) - 1
+
+
 def _static_sizes(shape: Any, what: str) -> list[int]:
     if not all(isinstance(d, int) for d in shape):
         raise Unsupported(f"{what} needs static sizes, the traced ones are symbolic")
@@ -311,12 +315,38 @@ def slice_scatter(ctx: ImportContext, node, x, src, dim=0, start=None, end=None,
     shape = ctx.shape(x)
     rank = len(shape)
     axis = _axis(dim, rank)
+    if not isinstance(shape[axis], int) and step == 1:
+        return _slice_replaced(ctx, ctx.tensor_as(x, dtype), ctx.tensor_as(src, dtype), axis,
+                               start, end)
     size = _static_sizes([shape[axis]], "slice_scatter")[0]
     positions = _slice_positions(size, start, end, step)
     data = ctx.tensor_as(x, dtype)
     if len(positions) == 0:
         return ctx.add("Identity", [data])
     return _scatter_along(ctx, data, ctx.tensor_as(src, dtype), axis, rank, positions)
+
+
+def _slice_replaced(ctx: ImportContext, data: str, src: str, axis: int, start, end) -> str:
+    """``data[start:end]`` along ``axis`` replaced by ``src``, for a size known only at run
+    time: what comes before the slice, ``src`` and what comes after it, concatenated (a
+    scatter needs its positions at compile time; ``x[:, 1:] = y``, a decoder's shifted
+    inputs).  Slice clamps the bounds and counts negative ones from the end, as Python's
+    slices do; an end before the start is the start, which needs bounds of one sign."""
+    first = 0 if start is None else static_int(start, "slice start")
+    last = INT64_MAX if end is None else min(static_int(end, "slice end"), INT64_MAX)
+    if (first < 0) != (last < 0):
+        raise Unsupported("a slice_scatter whose bounds count from both ends of a size known "
+                          "only at run time")
+    axes = _axes(ctx, [axis])
+    pieces = [src]
+    if first != 0:  # (no empty pieces: an empty slice of a run-time size has no known size)
+        pieces.insert(0, ctx.add("Slice", [data, ctx.ints([0]), ctx.ints([first]), axes]))
+    if last != INT64_MAX:
+        pieces.append(ctx.add("Slice", [data, ctx.ints([max(first, last)]),
+                                        ctx.ints([INT64_MAX]), axes]))
+    if len(pieces) == 1:  # the whole axis replaced
+        return ctx.add("Identity", [src])
+    return ctx.add("Concat", pieces, axis=axis)
 
 
 def select_scatter(ctx: ImportContext, node, x, src, dim, index) -> str:
