@@ -270,6 +270,8 @@ def scatter(base: Callable[..., Expr], shape: Sequence[int], updates: Sequence[i
     if combiner not in _SCATTER_COMBINERS:
         raise ValueError(f"unknown scatter combiner {combiner!r}")
     tensor = compute(shape, base, name=name, dtype=dtype)
+    if _has_reduce(tensor.stage.body):
+        raise ValueError(f"scatter {name}: the base must be elementwise (no reduction)")
     updates = tuple(as_size(d) for d in updates)
     axes = tuple(Var(f"{tensor.name}_u{a}") for a in range(len(updates)))
     coords = tuple(as_expr(c) for c in target(*axes))
@@ -288,6 +290,12 @@ def scatter(base: Callable[..., Expr], shape: Sequence[int], updates: Sequence[i
             reads.setdefault(id(t), t)
     tensor.stage = Stage(stage.axes, stage.body, tensor, tuple(reads.values()), update)
     return tensor
+
+
+def _has_reduce(body: Expr) -> bool:
+    from ember.ir.loop.functor import walk
+
+    return any(isinstance(node, Reduce) for node in walk(body))
 
 
 def reduce_axis(extent: int, name: str = "k") -> IterVar:

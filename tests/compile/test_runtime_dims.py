@@ -132,6 +132,31 @@ def test_one_build_serves_every_size_of_a_class(build):
     assert isinstance(module._last[1], RuntimeDimsModel)
 
 
+def test_sizes_seen_before_skip_the_guards(monkeypatch):
+    """The guards of a traced build are checked once per set of sizes: a call at sizes seen
+    before reuses the binding (for a CNN with traced image sizes the guards cost 8x its
+    kernels), and other sizes are still checked."""
+    from ember.core.traced import SizeTrace
+
+    checked = []
+    original = SizeTrace.failed_guard
+
+    def counting(trace, dims):
+        checked.append(tuple(dims))
+        return original(trace, dims)
+
+    monkeypatch.setattr(SizeTrace, "failed_guard", counting)
+    model = attention_model()
+    session = ort.InferenceSession(model.SerializeToString())
+    module = ember.compile(model)
+    _check(module, session, 2, 4)  # the build (its tracing checks sizes of its own)
+    checked.clear()
+    for length in (5, 5, 7, 5, 7, 6, 4, 6):
+        _check(module, session, 2, length)
+    assert sorted(checked) == [(5,), (6,), (7,)], checked  # each set of sizes once
+    assert len(module.build_reasons) == 1, module.build_reasons
+
+
 def test_sizes_across_classes_and_batches_match_onnx_runtime():
     model = attention_model()
     session = ort.InferenceSession(model.SerializeToString())
