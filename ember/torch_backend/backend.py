@@ -341,7 +341,7 @@ class _EmberKernel(torch.nn.Module):
         # Modules are built on the first call, not here: Dynamo may discard a graph it handed
         # to the backend (it restarts its analysis after specializing Python scalars), and
         # native code for a discarded graph would be compile time for nothing.
-        self._modules: dict[tuple[int, ...], Module] = {}
+        self._builds: dict[tuple[int, ...], Module] = {}
         self._build_lock = threading.Lock()
 
     @staticmethod
@@ -351,15 +351,15 @@ class _EmberKernel(torch.nn.Module):
                 and not isinstance(n.meta.get("val"), torch.Tensor)}
 
     def _module_for(self, sizes: tuple[int, ...]) -> Module:
-        module = self._modules.get(sizes)
+        module = self._builds.get(sizes)
         if module is None:
             with self._build_lock:
-                module = self._modules.get(sizes)
+                module = self._builds.get(sizes)
                 if module is None:
                     module = Module(self._with_sizes(sizes), self.options)
                     if self.threads is not None:
                         module.set_num_threads(self.threads)
-                    self._modules[sizes] = module
+                    self._builds[sizes] = module
         return module
 
     def _with_sizes(self, sizes: tuple[int, ...]) -> Graph:
