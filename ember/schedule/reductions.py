@@ -22,8 +22,9 @@ does -- TVM calls the transformation ``rfactor``::
 
 Only sums, maxima and minima of floating-point values qualify, whose reassociation changes a
 sum by rounding only (as every vectorized or multithreaded sum does) and a maximum or minimum
-not at all (NaN still propagates: ember's max and min return a NaN operand), and maxima and
-minima of integers (exact in any order: the index passes of a TopK).  A reduction under a
+not at all (NaN still propagates: ember's max and min return a NaN operand), and integer
+sums, maxima and minima, exact in any order (sums wrap modulo 2**bits, which is associative):
+the index passes of a TopK, the rank counts of a sort.  A reduction under a
 condition (``t[0] = select(c, max(t[0], x), t[0])``, a term that only some iterations
 contribute) qualifies too: the condition moves into the term, which becomes the operation's
 identity where it is false.  Each load of the reduced value must walk memory contiguously (or
@@ -144,8 +145,7 @@ def _row_reduction(loop: For) -> tuple[Buffer, str, Expr] | None:
     if not isinstance(value, Binary) or value.op not in _IDENTITY:
         return None
     dtype = accumulator.dtype
-    if not (dtype in (DType.FLOAT32, DType.FLOAT64) or
-            (dtype.is_int and dtype != DType.BOOL and value.op in ("max", "min"))):
+    if not (dtype in (DType.FLOAT32, DType.FLOAT64) or (dtype.is_int and dtype != DType.BOOL)):
         return None
     if _is_accumulator(value.a, accumulator):
         term = value.b
@@ -168,6 +168,8 @@ def _identity(op: str, dtype: DType) -> Const:
     """The value that leaves the accumulator of ``op`` unchanged, in ``dtype``."""
     if dtype.is_float:
         return Const(_IDENTITY[op], dtype)
+    if op == "add":
+        return Const(0, dtype)
     info = np.iinfo(dtype.numpy)
     return Const(int(info.min if op == "max" else info.max), dtype)
 

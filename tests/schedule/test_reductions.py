@@ -81,15 +81,24 @@ def test_lane_parallel_reductions_compute_the_row_reduction(reducer, reference, 
     np.testing.assert_allclose(out, reference(x, axis=1), rtol=1e-5, atol=1e-5)
 
 
-def test_short_rows_strided_rows_and_integers_stay_scalar():
+def test_short_rows_and_strided_rows_stay_scalar():
     short = _row_reduction(reduce_sum, 4, 15)  # fewer than two vectors of partials
     assert vectorize_reductions(short, SSE) is short
     strided = _row_reduction(reduce_max, 4, 64, axis=0)  # a column: a gather per lane
     assert vectorize_reductions(strided, SSE) is strided
+
+
+def test_integer_sums_are_lane_parallel_and_wrap_as_the_scalar_loop_does():
+    """A wrapping sum is exact in any order: int32 rows whose sums overflow give the same
+    wrapped result as numpy's int32 sum."""
     x = placeholder((2, 64), DType.INT32, "x")
     k = reduce_axis(64, "k")
     ints = lower_compute("isum", [x], [compute((2,), lambda i: reduce_sum(x[i, k], k), "s")])
-    assert vectorize_reductions(ints, SSE) is ints
+    func = vectorize_reductions(ints, SSE)
+    assert any(isinstance(n, For) and n.kind is ForKind.VECTORIZED for n in walk(func.body))
+    values = np.random.default_rng(5).integers(-2**31, 2**31, (2, 64)).astype(np.int32)
+    (out,) = run_outputs(func, [values])
+    np.testing.assert_array_equal(out, values.sum(axis=1, dtype=np.int32))
 
 
 @pytest.mark.parametrize("dtype", [DType.INT32, DType.INT64])

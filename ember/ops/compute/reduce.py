@@ -442,9 +442,9 @@ def arg_min(ctx, data, *, axis, keepdims, select_last_index):
 # sorted line (a pass over the line per element) and writing the first K ranks in place.
 MAX_COMPILED_TOP_K = 8
 # The longest line whose ranks are counted: the work grows with the square of the length.
-# Measured on sorts of float32 lines against the reference's numpy sort (a Zen 4, 2 threads):
-# 64 x 256 0.4 ms against 0.55, 32 x 1000 3.1 ms against 1.6.  Longer lines keep the
-# reference's sort unless K is small enough to select.
+# Measured on sorts of float32 lines against the reference's numpy sort (a Zen 4, 2 threads,
+# the counts lane-parallel): 64 x 256 0.43 ms against 0.56, 32 x 1000 3.5 ms against 1.7.
+# Longer lines keep the reference's sort unless K is small enough to select.
 MAX_RANKED_LENGTH = 512
 
 
@@ -581,18 +581,20 @@ def _top_k_by_rank(data: Tensor, count: int, axis: int, largest: bool
         [j] = red.axis_vars()
         mine = widen(data[index])
         other = widen(data[red.source(index, [j])])
-        return reduce_sum(Const(1, INDEX), j, condition=ahead(other, mine, j, index[axis]))
+        # (counted in int32, twice the lanes of int64: a rank is below MAX_RANKED_LENGTH)
+        return reduce_sum(Const(1, DType.INT32), j,
+                          condition=ahead(other, mine, j, index[axis]))
 
-    rank = compute(data.shape, rank_body, name="topk_rank", dtype=INDEX)
+    rank = compute(data.shape, rank_body, name="topk_rank", dtype=DType.INT32)
     out = tuple(count if a == axis else d for a, d in enumerate(data.shape))
 
     def target(*u: Expr) -> tuple[Expr, ...]:
         # (a rank is below the length by construction; the clamp lets the compiler see it)
-        place = clamp_index(rank[u], count)
+        place = clamp_index(as_index(rank[u]), count)
         return u[:axis] + (place,) + u[axis + 1:]
 
     def chosen(*u: Expr) -> Expr:
-        return rank[u].lt(Const(count, INDEX))
+        return as_index(rank[u]).lt(Const(count, INDEX))
 
     values = scatter(lambda *i: const_like(0, data.dtype), out, data.shape, target,
                      lambda *u: data[u], condition=chosen, name="topk_values",
