@@ -39,7 +39,7 @@ from typing import Callable
 
 import numpy as np
 
-from ember.core.traced import as_size, may_be_nonzero, size_class
+from ember.core.traced import as_size, is_traced, may_be_nonzero, size_class
 from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.ir.loop.affine import split_affine
@@ -145,7 +145,11 @@ def _row_reduction(loop: For) -> tuple[Buffer, str, Expr] | None:
     if not isinstance(value, Binary) or value.op not in _IDENTITY:
         return None
     dtype = accumulator.dtype
-    if not (dtype in (DType.FLOAT32, DType.FLOAT64) or (dtype.is_int and dtype != DType.BOOL)):
+    # (integer reductions over a traced extent stay scalar: in a masked attention model one
+    # got a tail loop that partition_guarded_loops split on the extent's remainder, a guard
+    # on `length % 16` that pinned the traced build to one size)
+    if not (dtype in (DType.FLOAT32, DType.FLOAT64) or
+            (dtype.is_int and dtype != DType.BOOL and not is_traced(loop.extent.value))):
         return None
     if _is_accumulator(value.a, accumulator):
         term = value.b

@@ -16,7 +16,10 @@ marked dynamic after a size change.
 
 Weights are frozen: a call whose parameters are other tensors, or tensors modified in place
 since compilation (their version counter moved), recompiles the parts from the current
-weights, and says so in the log.  Training graphs (inputs that require grad while autograd is
+weights, and says so in the log.  So are the Python floats Dynamo passes as 0-d tensors (a
+module's ``eps`` or dropout ``p``, ``math.pi`` in a tanh-GELU): frozen by value, they are
+constants the graph passes can fold and recognize patterns with; a call with other values
+recompiles, and past ``MAX_FLOAT_RECOMPILES`` such recompiles they stay run-time inputs.  Training graphs (inputs that require grad while autograd is
 on) run in PyTorch whole, with a message.
 """
 
@@ -145,16 +148,19 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opt
         _announce(report)
         return gm.forward
     weights = _weight_positions(gm, example_inputs)
+    floats = _python_float_positions(gm, example_inputs)
 
     def compile_forward(aten: torch.fx.GraphModule, aten_inputs: Sequence[Any]):
         placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
-        positions = weights if len(placeholders) == len(example_inputs) else []
+        matched = len(placeholders) == len(example_inputs)
+        positions = sorted(weights + floats) if matched else []
         # Buffers the graph updates (batch norm's running statistics in training mode) are
         # run-time inputs: frozen, every call would see them changed and recompile.
         mutated = _mutated_inputs()
         positions = [i for i in positions if i not in mutated]
         return _CompiledGraph(aten, [placeholders[i].name for i in positions], positions,
-                              [example_inputs[i] for i in positions], settings, report)
+                              [example_inputs[i] for i in positions], settings, report,
+                              by_value=frozenset(floats) if matched else frozenset())
 
     return aot_autograd(fw_compiler=compile_forward,
                         decompositions=core_aten_decompositions())(gm, example_inputs)
@@ -188,25 +194,62 @@ def _weight_positions(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -
     return positions
 
 
+def _python_float_positions(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+                            ) -> list[int]:
+    """Inputs that are Python floats Dynamo passes as 0-d tensors (a module attribute such as
+    ``eps``, a global such as ``math.pi``): it does not specialize on float values, so they
+    reach the graph as data, where they would hide a GELU's coefficients from the pattern
+    passes."""
+    positions = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        argument = node.meta.get("grapharg")
+        if isinstance(value, torch.Tensor) and value.dim() == 0 and \
+                value.dtype.is_floating_point and \
+                getattr(argument, "pass_arg_as_tensor", False):
+            positions.append(i)
+    return positions
+
+
 # Builds one graph keeps for different sets of weights (the least recently used goes first).
 MAX_WEIGHT_VARIANTS = 64
+# Recompiles for new values of the Python floats frozen into a graph, after which they are
+# left as run-time inputs (a float that changes every call must not compile every call).
+MAX_FLOAT_RECOMPILES = 4
 
 
 @dataclass
 class _WeightVariant:
     """A build of the graph for one set of weight tensors, as they were at the build: their
     version counters (bumped by in-place writes, an optimizer step among them) and data
-    pointers (``param.data = other`` swaps the data without touching the version)."""
+    pointers (``param.data = other`` swaps the data without touching the version); for the
+    frozen Python floats (``by_value``), their values."""
 
     weights: list[torch.Tensor]
     versions: list[int]
     pointers: list[int]
     module: torch.fx.GraphModule
+    by_value: tuple[bool, ...] = ()
+    values: tuple[float, ...] = ()
 
     def holds(self, current: list[torch.Tensor]) -> bool:
-        """Whether ``current`` are these very tensors, unmodified since the build."""
-        return all(a is w and a._version == v and a.data_ptr() == p
-                   for a, w, v, p in zip(current, self.weights, self.versions, self.pointers))
+        """Whether ``current`` are these very tensors, unmodified since the build (and the
+        floats these values)."""
+        if not self.by_value:
+            return all(a is w and a._version == v and a.data_ptr() == p for a, w, v, p in
+                       zip(current, self.weights, self.versions, self.pointers))
+        for a, w, v, p, by_value, value in zip(current, self.weights, self.versions,
+                                               self.pointers, self.by_value, self.values):
+            if by_value:
+                if not _same_float(float(a), value):
+                    return False
+            elif not (a is w and a._version == v and a.data_ptr() == p):
+                return False
+        return True
+
+
+def _same_float(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)  # (NaN is a value like any other here)
 
 
 class _CompiledGraph:
@@ -214,10 +257,14 @@ class _CompiledGraph:
 
     def __init__(self, aten: torch.fx.GraphModule, weight_names: list[str],
                  weight_positions: list[int], weights: list[torch.Tensor],
-                 settings: BackendOptions, report: GraphReport):
+                 settings: BackendOptions, report: GraphReport,
+                 by_value: frozenset[int] = frozenset()):
         self.aten = aten
         self.weight_names = weight_names
         self.weight_positions = weight_positions
+        # which frozen inputs are Python floats, compared by value
+        self.by_value = tuple(i in by_value for i in weight_positions)
+        self.float_recompiles = 0
         self.settings = settings
         self.report = report
         self._lock = threading.Lock()
@@ -233,10 +280,20 @@ class _CompiledGraph:
             self.module = self._build(weights)
             self._remember(weights, self.module)
 
+    def _key(self, weights: list[torch.Tensor]) -> tuple:
+        if not any(self.by_value):
+            return tuple(id(w) for w in weights)
+        return tuple(float(w) if by_value else id(w)
+                     for w, by_value in zip(weights, self.by_value))
+
     def _remember(self, weights: list[torch.Tensor], module: torch.fx.GraphModule) -> None:
-        key = tuple(id(w) for w in weights)
+        key = self._key(weights)
+        values = tuple(float(w) if by_value else 0.0
+                       for w, by_value in zip(weights, self.by_value))
         self._variants[key] = _WeightVariant(list(weights), [w._version for w in weights],
-                                             [w.data_ptr() for w in weights], module)
+                                             [w.data_ptr() for w in weights], module,
+                                             self.by_value if any(self.by_value) else (),
+                                             values if any(self.by_value) else ())
         self._variants.move_to_end(key)
         while len(self._variants) > MAX_WEIGHT_VARIANTS:
             self._variants.popitem(last=False)
@@ -280,20 +337,48 @@ class _CompiledGraph:
         if not self.weight_positions:
             return self.module(*args)
         current = [args[i] for i in self.weight_positions]
-        key = tuple(id(a) for a in current)
+        key = self._key(current)
         variant = self._variants.get(key)
         if variant is None or not variant.holds(current):
             with self._lock:
+                current = [args[i] for i in self.weight_positions]
+                key = self._key(current)
                 variant = self._variants.get(key)
                 if variant is None or not variant.holds(current):
-                    reason = "weights modified since compilation (in place, or their .data " \
-                        "replaced)" if variant else \
-                        "another set of weight tensors (another module of the class)"
+                    reason = self._recompile_reason(variant, current)
                     LOG.info("graph %d compiles again: %s", self.report.index, reason)
                     self.report.recompiles.append(reason)
+                    current = [args[i] for i in self.weight_positions]
                     self._remember(current, self._build(current))
-                    variant = self._variants[key]
+                    variant = self._variants[self._key(current)]
         return variant.module(*args)
+
+    def _recompile_reason(self, variant: _WeightVariant | None,
+                          current: list[torch.Tensor]) -> str:
+        """Why the call needs a build (and, past MAX_FLOAT_RECOMPILES builds for new float
+        values, stop freezing the floats: they become run-time inputs of every build)."""
+        floats = [float(a) for a, by_value in zip(current, self.by_value) if by_value]
+        if floats and any(self._same_tensors(v, current) for v in self._variants.values()):
+            self.float_recompiles += 1
+            if self.float_recompiles > MAX_FLOAT_RECOMPILES:
+                keep = [i for i, by_value in enumerate(self.by_value) if not by_value]
+                self.weight_positions = [self.weight_positions[i] for i in keep]
+                self.weight_names = [self.weight_names[i] for i in keep]
+                self.by_value = tuple(False for _ in keep)
+                self._variants.clear()
+                return (f"Python floats of the graph took new values {MAX_FLOAT_RECOMPILES} "
+                        f"times: they are run-time inputs from now on")
+            return f"Python floats of the graph have new values ({floats})"
+        if variant is not None:
+            return "weights modified since compilation (in place, or their .data replaced)"
+        return "another set of weight tensors (another module of the class)"
+
+    def _same_tensors(self, variant: _WeightVariant, current: list[torch.Tensor]) -> bool:
+        """Whether the weight tensors (not the floats) of ``current`` are ``variant``'s."""
+        return all(a is w and a._version == version and a.data_ptr() == pointer
+                   for a, w, version, pointer, by_value in zip(
+                       current, variant.weights, variant.versions, variant.pointers,
+                       self.by_value) if not by_value)
 
 
 class _EmberKernel(torch.nn.Module):

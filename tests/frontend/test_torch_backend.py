@@ -7,6 +7,7 @@ The oracle is torch eager throughout.
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import pytest
@@ -438,3 +439,51 @@ def test_dynamic_batch_is_served_without_compiling_per_size(caplog) -> None:
               "compiling once for every size" in r.getMessage()]
     assert len(builds) == 2, builds
     assert "the first call" in builds[0] and "=1 (compiled for 4)" in builds[1], builds
+
+
+class _TanhGelu(nn.Module):
+    """A Linear and the tanh approximation of GELU written out (transformers' gelu_new), its
+    coefficient a Python float attribute and math.pi a global: Dynamo passes both as 0-d
+    tensors, not constants."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 16)
+        self.coefficient = 0.044715
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        inner = math.sqrt(2.0 / math.pi) * (h + self.coefficient * torch.pow(h, 3.0))
+        return 0.5 * h * (1.0 + torch.tanh(inner))
+
+
+def test_python_floats_are_frozen_so_patterns_see_constants(caplog) -> None:
+    import ember.torch_backend.backend as backend
+
+    torch._dynamo.reset()
+    built = []
+    original = backend._EmberKernel._module_for
+
+    def recording(self, sizes):
+        module = original(self, sizes)
+        built.append(module)
+        return module
+
+    model = _TanhGelu().eval()
+    fast = torch.compile(model, backend="ember", dynamic=True)
+    with pytest.MonkeyPatch.context() as patch, torch.no_grad():
+        patch.setattr(backend._EmberKernel, "_module_for", recording)
+        caplog.set_level(logging.INFO, logger="ember")
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+        graph = built[-1].build.graph
+        assert "Gelu" in {n.op for n in graph.nodes}, sorted({n.op for n in graph.nodes})
+        assert all(graph.types[name].shape != () for name in graph.inputs)
+        # a new value recompiles with it; values that keep changing become run-time inputs
+        for step in range(backend.MAX_FLOAT_RECOMPILES + 2):
+            model.coefficient = 0.05 + 0.01 * step
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-6)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("Python floats of the graph have new values" in m for m in messages)
+    assert any("they are run-time inputs from now on" in m for m in messages)
+    torch._dynamo.reset()
