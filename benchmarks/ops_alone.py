@@ -64,7 +64,20 @@ CASES = {
     "lstm_bidir_t16_b8": ("LSTM", [16, 8, 64], {"hidden_size": 96,
                                                 "direction": "bidirectional"},
                           [(2, 384, 64), (2, 384, 96), (2, 768)]),
+    # TopK by selection passes (K <= 8) and by counted ranks (sorts of lines up to 512)
+    "topk_8_of_2048": ("TopK", [8, 2048], {}, [np.array([8])]),
+    "topk_smallest_5_of_1000": ("TopK", [32, 1000], {"largest": 0}, [np.array([5])]),
+    "moe_router_top2_of_8": ("TopK", [256, 8], {}, [np.array([2])]),
+    "sort_64x256": ("TopK", [64, 256], {}, [np.array([256])]),
+    # scatters (repeated positions): slices of rows added, elements replaced
+    "scatter_nd_add_slices": ("ScatterND", [64, 512, 64], {"reduction": "add"},
+                              [np.arange(100).reshape(100, 1) % 64, (100, 512, 64)]),
+    "scatter_elements_300_of_1000": (
+        "ScatterElements", [256, 1000], {"axis": 1},
+        [np.random.default_rng(2).integers(0, 1000, (256, 300)), (256, 300)]),
 }
+# ops whose outputs beyond the first the case leaves unread (TopK's indices)
+EXTRA_OUTPUTS = {"TopK": 1}
 
 CHILD = r"""
 import json, sys, time
@@ -94,15 +107,19 @@ print(json.dumps(sorted(samples)[len(samples) // 2] * 1e3))
 
 
 def build_model(name: str) -> onnx.ModelProto:
+    """The case's one-node model: ``x`` and constants, random floats of the shapes given, or
+    the integer arrays given (a K, indices) as int64."""
     op, x_shape, attrs, weights = CASES[name]
     rng = np.random.default_rng(1)
     names = [f"w{i}" for i in range(len(weights))]
-    node = helper.make_node(op, ["x", *names], ["y"], **attrs)
+    extra = [f"unread{i}" for i in range(EXTRA_OUTPUTS.get(op, 0))]
+    node = helper.make_node(op, ["x", *names], ["y", *extra], **attrs)
+    constants = [np.asarray(w, dtype=np.int64) if isinstance(w, np.ndarray) else
+                 rng.standard_normal(w).astype(np.float32) for w in weights]
     graph = helper.make_graph(
         [node], name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
-         for n, s in zip(names, weights)])
+        [numpy_helper.from_array(c, n) for n, c in zip(names, constants)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
@@ -127,7 +144,7 @@ def main() -> None:
     unknown = [name for name in args.cases if name not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose from {', '.join(CASES)}")
-    print(f"{'case':20s} {'ember ms':>9s} {'ORT ms':>9s} {'ORT/ember':>9s}   (medians, "
+    print(f"{'case':28s} {'ember ms':>9s} {'ORT ms':>9s} {'ORT/ember':>9s}   (medians, "
           f"{args.threads} thread(s), each runtime alone in its process)")
     with tempfile.TemporaryDirectory() as folder:
         for name in args.cases or list(CASES):
@@ -140,7 +157,7 @@ def main() -> None:
                     times[runtime].append(time_alone(runtime, path, x_shape, args.threads,
                                                      args.repeat))
             ember_ms, ort_ms = min(times["ember"]), min(times["ort"])
-            print(f"{name:20s} {ember_ms:9.3f} {ort_ms:9.3f} {ort_ms / ember_ms:8.2f}x")
+            print(f"{name:28s} {ember_ms:9.3f} {ort_ms:9.3f} {ort_ms / ember_ms:8.2f}x")
 
 
 if __name__ == "__main__":
