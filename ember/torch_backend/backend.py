@@ -19,8 +19,9 @@ since compilation (their version counter moved), recompiles the parts from the c
 weights, and says so in the log.  So are the Python floats Dynamo passes as 0-d tensors (a
 module's ``eps`` or dropout ``p``, ``math.pi`` in a tanh-GELU): frozen by value, they are
 constants the graph passes can fold and recognize patterns with; a call with other values
-recompiles, and past ``MAX_FLOAT_RECOMPILES`` such recompiles they stay run-time inputs.  Training graphs (inputs that require grad while autograd is
-on) run in PyTorch whole, with a message.
+recompiles, and past ``MAX_FLOAT_RECOMPILES`` such recompiles they stay run-time inputs.
+Training graphs (inputs that require grad while autograd is on) run in PyTorch whole, with a
+message.
 """
 
 from __future__ import annotations

@@ -95,7 +95,8 @@ def test_a_failing_fallback_node_raises_its_own_error(tmp_path):
     expected_y, expected_indices = numpy_topk(x)
     np.testing.assert_allclose(y, expected_y, rtol=1e-6)
     np.testing.assert_array_equal(indices, expected_indices)
-    assert calls == [[(TOPK_ROWS, TOPK_LENGTH), (1,)]]  # the callback's views have the manifest's shapes
+    # the callback's views have the manifest's shapes
+    assert calls == [[(TOPK_ROWS, TOPK_LENGTH), (1,)]]
     with pytest.raises(_ReferenceFailed, match="TopK broke on call 2"):
         model(x)
     y, _ = model(x)  # the error did not stick
