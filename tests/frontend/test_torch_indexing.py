@@ -107,7 +107,10 @@ class _Shifted(nn.Module):
         shifted[:, 1:] = ids[:, :-1].clone()
         shifted[:, 0] = 2
         shifted[:, -2:-1] = 7  # bounds counted from the end
-        return shifted * 3
+        ends = ids.clone()
+        ends[:, -1:] = 4   # from the end to the end
+        ends[:, :-1] = ends[:, :-1] * 2   # from the start to a bound counted from the end
+        return shifted * 3 + ends
 
 
 def test_slices_written_with_run_time_sizes_compile_without_a_build_per_size() -> None:

@@ -334,16 +334,17 @@ def _slice_replaced(ctx: ImportContext, data: str, src: str, axis: int, start, e
     slices do; an end before the start is the start, which needs bounds of one sign."""
     first = 0 if start is None else static_int(start, "slice start")
     last = INT64_MAX if end is None else min(static_int(end, "slice end"), INT64_MAX)
-    if (first < 0) != (last < 0):
+    if first != 0 and last != INT64_MAX and (first < 0) != (last < 0):
         raise Unsupported("a slice_scatter whose bounds count from both ends of a size known "
                           "only at run time")
     axes = _axes(ctx, [axis])
     pieces = [src]
     if first != 0:  # (no empty pieces: an empty slice of a run-time size has no known size)
         pieces.insert(0, ctx.add("Slice", [data, ctx.ints([0]), ctx.ints([first]), axes]))
-    if last != INT64_MAX:
-        pieces.append(ctx.add("Slice", [data, ctx.ints([max(first, last)]),
-                                        ctx.ints([INT64_MAX]), axes]))
+    if last != INT64_MAX:  # (from the start, the end as it is; else bounds of one sign)
+        after = last if first == 0 else max(first, last)
+        pieces.append(ctx.add("Slice", [data, ctx.ints([after]), ctx.ints([INT64_MAX]),
+                                        axes]))
     if len(pieces) == 1:  # the whole axis replaced
         return ctx.add("Identity", [src])
     return ctx.add("Concat", pieces, axis=axis)
