@@ -10,7 +10,9 @@ infers ``N x 512`` instead of an unknown shape.
 Declared types (ONNX value_info, graph outputs) fill what inference leaves unknown.  Where both
 know a dim they must agree: a declared ``float32[3]`` for a value inferred ``int64[5]`` is a
 broken model, and every such value is listed in one ShapeError.  A declared dim that is a symbol
-or unknown agrees with anything, and so does an inferred one that is.
+or unknown agrees with anything, and so does an inferred one that is; where a declared number
+meets an inferred symbol of the model's named input dims, the symbol stays (the number is an
+exporter's sample), and where it meets a symbol inference made up, the number wins.
 
 Which nodes fold depends on what their inputs hold.  Values with symbols (object arrays) go only
 through the ops of ``_SYMBOLIC_FOLDABLE``, whose references are written to handle symbols
@@ -291,6 +293,12 @@ def _merge_dim(inferred: Dim, declared: Dim) -> Dim:
     if inferred is None:
         return declared
     if isinstance(inferred, SymDim) and isinstance(declared, int):
+        # A dim that follows the model's named input dims keeps its symbol: the number is the
+        # exporter's sample (the TorchScript exporter declares outputs at the traced sizes
+        # unless they are named dynamic too); a size inference could not name (a fresh
+        # symbol) takes the declared number.
+        if inferred.symbols and not any(s.startswith("_") for s in inferred.symbols):
+            return inferred
         return declared
     if isinstance(inferred, SymDim) and isinstance(declared, SymDim) and \
             all(s.startswith("_") for s in inferred.symbols):

@@ -337,11 +337,17 @@ def test_declared_types_that_agree_are_accepted(declared):
     assert str(graph.types["a"]) == "f32[3]"
 
 
-def test_declared_concrete_dim_of_a_symbolic_value_is_kept():
-    """An inferred symbol against a declared size is no contradiction: N may be 1."""
+def test_declared_concrete_dim_of_a_symbolic_value_is_no_contradiction():
+    """An inferred symbol against a declared size is no contradiction (N may be 1), and the
+    value keeps the symbol of the input it follows: the number is an exporter's sample (the
+    TorchScript exporter declares its outputs at the traced sizes), and a pinned batch would
+    cost a build per batch size.  A size inference cannot name takes the declared number."""
     model = _model([helper.make_node("Relu", ["x"], ["a"], name="relu")], [_vi("x", ("N", 3))],
                    [_vi("a", (1, 3))])
-    assert str(import_onnx(model).types["a"]) == "f32[1, 3]"
+    assert str(import_onnx(model).types["a"]) == "f32[N, 3]"
+    unnamed = _model([helper.make_node("NonZero", ["x"], ["a"], name="nonzero")],
+                     [_vi("x", (2, 3))], [_vi("a", (2, 4), TensorProto.INT64)])
+    assert str(import_onnx(unnamed).types["a"]) == "i64[2, 4]"
 
 
 def test_valid_sparse_initializers_still_import_exactly():

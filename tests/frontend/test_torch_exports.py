@@ -445,3 +445,44 @@ def test_bert_exported_by_torchscript_serves_every_batch_from_two_builds(logged_
                                        err_msg=f"batch {batch}")
     builds = logged_builds()
     assert len(builds) == 2, builds
+
+
+class _EinsumAttention(torch.nn.Module):
+    """Attention written with einsum, ending in a Linear whose output the TorchScript
+    exporter declares at the traced sizes ([2, 16, 64]) when only the input is named
+    dynamic."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(64, 192)
+        self.out = torch.nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (t.unflatten(-1, (4, 16)) for t in (q, k, v))
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / 4.0
+        mixed = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v)
+        return self.out(mixed.flatten(-2))
+
+
+def test_outputs_declared_at_the_traced_sizes_keep_their_dynamic_dims() -> None:
+    """The declared [2, 16, 64] of the output is the exporter's sample, not a constraint:
+    the output follows the input's batch and length, so every (batch, length) of a length
+    class runs on the first build and a batch-1 block (once a build per batch size)."""
+    torch.manual_seed(0)
+    model = _EinsumAttention().eval()
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 16, 64),), buffer, dynamo=False,
+                          input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "batch", 1: "length"}})
+    declared = onnx.load_from_string(buffer.getvalue()).graph.output[0]
+    assert [d.dim_value for d in declared.type.tensor_type.shape.dim] == [2, 16, 64]
+    module = ember.compile(buffer.getvalue())
+    with torch.no_grad():
+        for batch, length in ((2, 16), (3, 16), (4, 24), (5, 20), (2, 31), (6, 17)):
+            x = torch.randn(batch, length, 64)
+            np.testing.assert_allclose(module(x.numpy()), model(x).numpy(), rtol=1e-5,
+                                       atol=1e-6, err_msg=f"{(batch, length)}")
+    assert len(module.build_reasons) <= 2, module.build_reasons
