@@ -118,10 +118,9 @@ class TracedVariant:
         if len(values) != len(self.trace.names):
             raise NotTraceable("the inputs do not give every traced dim")
         dims = tuple(values[i] for i in range(len(self.trace.names)))
-        if dims in self._admitted:
-            self._check_shapes(shapes, dims)
-            return dims
         self._check_shapes(shapes, dims)
+        if dims in self._admitted:
+            return dims
         failed = self.trace.failed_guard(dims)
         if failed is not None:
             raise GuardFailed(lambda: f"{self._outside(dims, failed)} (the guard '{failed}' "

@@ -347,6 +347,11 @@ class _CompiledGraph:
                 variant = self._variants.get(key)
                 if variant is None or not variant.holds(current):
                     reason = self._recompile_reason(variant, current)
+                    if self.float_recompiles > MAX_FLOAT_RECOMPILES:
+                        self._stop_freezing_floats()
+                        reason = (f"Python floats of the graph took new values "
+                                  f"{MAX_FLOAT_RECOMPILES} times: they are run-time inputs "
+                                  f"from now on")
                     LOG.info("graph %d compiles again: %s", self.report.index, reason)
                     self.report.recompiles.append(reason)
                     current = [args[i] for i in self.weight_positions]
@@ -356,23 +361,23 @@ class _CompiledGraph:
 
     def _recompile_reason(self, variant: _WeightVariant | None,
                           current: list[torch.Tensor]) -> str:
-        """Why the call needs a build (and, past MAX_FLOAT_RECOMPILES builds for new float
-        values, stop freezing the floats: they become run-time inputs of every build)."""
+        """Why the call needs a build (counting the builds for new float values)."""
         floats = [float(a) for a, by_value in zip(current, self.by_value) if by_value]
         if floats and any(self._same_tensors(v, current) for v in self._variants.values()):
             self.float_recompiles += 1
-            if self.float_recompiles > MAX_FLOAT_RECOMPILES:
-                keep = [i for i, by_value in enumerate(self.by_value) if not by_value]
-                self.weight_positions = [self.weight_positions[i] for i in keep]
-                self.weight_names = [self.weight_names[i] for i in keep]
-                self.by_value = tuple(False for _ in keep)
-                self._variants.clear()
-                return (f"Python floats of the graph took new values {MAX_FLOAT_RECOMPILES} "
-                        f"times: they are run-time inputs from now on")
             return f"Python floats of the graph have new values ({floats})"
         if variant is not None:
             return "weights modified since compilation (in place, or their .data replaced)"
         return "another set of weight tensors (another module of the class)"
+
+    def _stop_freezing_floats(self) -> None:
+        """Past MAX_FLOAT_RECOMPILES builds for new float values, the floats become run-time
+        inputs of every build (the builds keyed by their values are dropped)."""
+        keep = [i for i, by_value in enumerate(self.by_value) if not by_value]
+        self.weight_positions = [self.weight_positions[i] for i in keep]
+        self.weight_names = [self.weight_names[i] for i in keep]
+        self.by_value = tuple(False for _ in keep)
+        self._variants.clear()
 
     def _same_tensors(self, variant: _WeightVariant, current: list[torch.Tensor]) -> bool:
         """Whether the weight tensors (not the floats) of ``current`` are ``variant``'s."""
