@@ -28,11 +28,15 @@ _LAZY = {
     "ReferenceExecutor": ("ember.interp.reference", "ReferenceExecutor"),
     "explain": ("ember.torch_backend", "explain"),
 }
+# ``ember.tune`` is a subpackage that is also callable: ``ember.tune(model, budget="10m")``.
+_SUBPACKAGES = {"tune"}
 
-__all__ = sorted(_LAZY) + ["__version__"]
+__all__ = sorted(_LAZY | dict.fromkeys(_SUBPACKAGES)) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"ember.{name}")
     try:
         module_name, attribute = _LAZY[name]
     except KeyError:

@@ -938,6 +938,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
             dynamic_shapes: Any = None, dynamic_batch: bool | None = None,
             threads: int | None = None, base_dir: str | Path | None = None,
             kernel_configs: Mapping[str, Any] | None = None,
+            tuning_db: str | Path | None = None,
             allow_fallbacks: bool | None = None) -> Module:
     """Compile an ONNX model (path, bytes, ModelProto), a ``torch.nn.Module`` or an ember
     Graph to native code.
@@ -964,7 +965,12 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     ``kernel_configs`` maps workload keys (``ember.schedule.workload``) to schedule configs
     (``ember.schedule.config.KernelConfig``, or a mapping of knob names to values): a kernel
     whose key is listed is scheduled with that config, every other one with the default
-    heuristic -- what a tuner's records feed.
+    heuristic.
+    ``tuning_db`` is a tuning database written by ``ember tune`` / ``ember.tune``: every kernel
+    with a record measured on this machine and target takes the best config recorded (by
+    median time; ``module.report()`` says how many did, a saved artifact lists them); a
+    record this ember's kernel no longer accepts is skipped with a warning.  Records of other
+    machines are never applied.
     ``allow_fallbacks`` says whether nodes that have no compiled kernel may run as ember's
     numpy references (an artifact with such nodes loads with ``ember.load``, not with the
     bare ``ember.runtime.load``); when not, the first build raises an UnsupportedOpError
@@ -978,7 +984,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     resolved = target if isinstance(target, Target) else Target.parse(target)
     options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
                            memory_limit=memory_limit,
-                           kernel_configs=_kernel_configs(kernel_configs))
+                           kernel_configs=_kernel_configs(kernel_configs),
+                           tuned_configs=_tuned_configs(tuning_db, resolved))
     if allow_fallbacks is None:
         allow_fallbacks = not _is_torch_module(model)
     module = Module(graph, options, input_shapes, dynamic_batch=dynamic_batch,
@@ -986,6 +993,20 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     if threads is not None:
         module.set_num_threads(threads)
     return module
+
+
+def _tuned_configs(path: str | Path | None, target: Target) -> dict[str, KernelConfig]:
+    """The best config of every workload a tuning database holds for ``target`` on this
+    machine (a missing file is an error: a typo must not silently mean "untuned")."""
+    if path is None:
+        return {}
+    from ember.tune.database import TuningDatabase, TuningDatabaseError, target_key
+
+    if not Path(path).is_file():
+        raise TuningDatabaseError(f"tuning database {path} does not exist; run `ember tune` "
+                                  f"to make one, or leave tuning_db out")
+    with TuningDatabase(path) as database:
+        return database.best_configs(target_key(target))
 
 
 def _kernel_configs(given: Mapping[str, Any] | None) -> dict[str, KernelConfig]:

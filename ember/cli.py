@@ -104,6 +104,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="show the Python traceback of internal errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in (_add_inspect, _add_run, _add_compile, _add_bench, _add_profile,
+                        _add_tune,
                         _add_serve):
         add_command(commands)
     return parser
@@ -778,6 +779,67 @@ def _add_profile(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
     _add_memory_limit_option(parser)
     parser.set_defaults(handler=_profile)
+
+
+# ---------------------------------------------------------------------- tune
+
+
+def _add_tune(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "tune", help="search faster schedules for a model's kernels on this machine",
+        description="Tune a model's kernels on this machine: search each kernel's schedule "
+                    "configs (candidates built in worker processes, timed in an isolated "
+                    "one, every output checked against the reference executor), recording "
+                    "every measurement in a SQLite database.  A second run on the same "
+                    "database resumes it.  Apply the result with "
+                    "ember.compile(model, tuning_db=DB).")
+    _add_model_argument(parser)
+    parser.add_argument("--budget", default="10m",
+                        help="wall time to spend, e.g. 90s, 10m, 1h (default: %(default)s)")
+    parser.add_argument("--db", type=Path, default=Path("tune.db"),
+                        help="the tuning database, created if new (default: %(default)s)")
+    parser.add_argument("--workers", type=_non_negative_int, default=0, metavar="N",
+                        help="processes building candidates (default: one per CPU)")
+    parser.add_argument("--batch", type=_positive_int, metavar="N",
+                        help="size of the symbolic leading (batch) dimension of the inputs")
+    parser.add_argument("--shape", action="append", default=[], type=_name_equals(_shape),
+                        metavar="NAME=D1,D2,...", help="the full shape of input NAME")
+    _add_dim_option(parser, "size of a symbolic dimension (unbound ones default to 1)")
+    parser.add_argument("--target", default="native",
+                        help="native (default), x86_64-avx2, ... (measured on this machine)")
+    parser.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
+    parser.add_argument("--seed", type=int, default=0, help="seed of the search")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="write the tuning curve to PNG (needs matplotlib)")
+    parser.add_argument("--no-compare", dest="compare", action="store_false",
+                        help="skip timing the whole model built both ways at the end")
+    parser.set_defaults(handler=_tune)
+
+
+def _tune(args: argparse.Namespace, console: Console) -> int:
+    from ember.tune.report import plot_curve, result_table
+    from ember.tune.session import tune
+
+    if args.model.is_dir():
+        raise InputError(f"'{args.model}' is a directory; ember tune takes a model file")
+    graph = _load(args.model)
+    shapes, defaulted = _profile_shapes(graph, args)
+    if defaulted:
+        console.print(f"note: tuning with {', '.join(f'{s}=1' for s in defaulted)} (set "
+                      f"sizes with --batch, --dim or --shape)")
+    result = tune(graph, input_shapes=shapes, budget=args.budget, db=args.db,
+                  target=args.target, opt_level=args.opt_level, workers=args.workers,
+                  seed=args.seed, compare=args.compare)
+    _wide(console).print(result_table(result))
+    if result.model_default_seconds and result.model_tuned_seconds:
+        console.print(f"whole model, timed in turns: {result.model_default_seconds * 1e3:.3f} "
+                      f"ms by default, {result.model_tuned_seconds * 1e3:.3f} ms tuned "
+                      f"({result.model_default_seconds / result.model_tuned_seconds:.2f}x)")
+    console.print(f"records in {args.db}; apply them with "
+                  f"ember.compile(model, tuning_db='{args.db}')")
+    if args.plot is not None:
+        console.print(f"wrote {plot_curve(result, args.plot)}")
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------- serve

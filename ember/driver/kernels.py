@@ -47,6 +47,9 @@ class KernelImpl:
     space: tuple = ()
     trace: Any = None
     stages: tuple = ()
+    # where the kernel's config came from: "default" (the heuristic), "given" (the caller's
+    # kernel_configs) or "tuned" (a tuning database)
+    config_source: str = "default"
 
     @property
     def inputs(self) -> list[str]:

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,6 +52,10 @@ if TYPE_CHECKING:
     from ember.ir.loop.stmt import PrimFunc
     from ember.toolchain.units import UnitBuild
 
+class TuningRecordWarning(UserWarning):
+    """A tuning database's record could not be applied (the kernel took its defaults)."""
+
+
 # Element types that may live in the arena at all (fixed-size, no Python objects).
 STORABLE_DTYPES = frozenset(d for d in DType if d not in (DType.STRING,))
 
@@ -68,6 +73,10 @@ class BuildOptions:
     # Schedule configs by workload key (ember.schedule.workload): a kernel whose key is listed
     # is scheduled with that config, any other with the default heuristic (a tuner's records).
     kernel_configs: Mapping[str, "KernelConfig"] = field(default_factory=dict)
+    # Configs from a tuning database (ember.tune), by workload key: like kernel_configs, but
+    # a record this ember's kernel no longer accepts (a stale database) falls back to the
+    # default heuristic with a warning instead of failing the build.
+    tuned_configs: Mapping[str, "KernelConfig"] = field(default_factory=dict)
     # Keep each kernel's loop IR after every loop stage (KernelImpl.stages), for inspection;
     # and verify the loop IR after every stage.
     keep_loop_stages: bool = False
@@ -121,6 +130,11 @@ class Build:
     def memory_summary(self) -> str:
         return self.memory.summary() if self.memory is not None else ""
 
+    @property
+    def tuned_kernels(self) -> list[KernelImpl]:
+        """The kernels scheduled with a config from a tuning database."""
+        return [impl for impl in self.kernels if impl.config_source == "tuned"]
+
     def report(self) -> str:
         nodes = sum(len(impl.nodes) for impl in self.impls)
         fused = sum(1 for impl in self.kernels if len(impl.nodes) > 1)
@@ -133,6 +147,9 @@ class Build:
             lines.append(f"  graph passes: {', '.join(self.pass_log)}")
         if self.memory_summary:
             lines.append(f"  memory plan: {self.memory_summary}")
+        if self.tuned_kernels:
+            lines.append(f"  tuned: {len(self.tuned_kernels)} of {len(self.kernels)} kernels "
+                         f"scheduled from the tuning database")
         for impl in self.host_nodes:
             lines.append(f"  fallback: node '{impl.node.name}' ({impl.node.op}): {impl.reason}")
         return "\n".join(lines)
@@ -393,22 +410,40 @@ def node_reads(node: Node) -> list[str]:
 def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions,
               packed_weights: dict[tuple, str]) -> None:
     """Run the loop stages on ``impl``'s kernel with the config its workload key has in
-    ``options.kernel_configs`` (else the default heuristic); constant operands the GEMM
+    ``options.kernel_configs``, else in ``options.tuned_configs`` (a record that no longer
+    applies: a warning), else the default heuristic; constant operands the GEMM
     template packs are packed here into new constants that the step passes instead of the
     originals.  ``packed_weights`` maps (weight, layout) to the constant already made for it: a
     weight that several kernels read in one layout (a layer applied many times, shared
     weights) is packed and stored once."""
+    from ember.schedule.config import ScheduleConfigError
     from ember.schedule.pipeline import schedule_kernel
     from ember.schedule.workload import workload_key
 
     constants = frozenset(i for i, name in enumerate(impl.group.inputs) if name in g.constants)
     impl.workload_key = workload_key(impl.func, options.target, constants)
     impl.lowered = impl.func
-    scheduled = schedule_kernel(impl.func, options.target,
-                                options.kernel_configs.get(impl.workload_key),
-                                constant_params=constants, opt_level=options.opt_level,
-                                verify=options.verify_loop_stages,
-                                keep_ir=options.keep_loop_stages)
+
+    def schedule(config: "KernelConfig | None"):
+        return schedule_kernel(impl.func, options.target, config, constant_params=constants,
+                               opt_level=options.opt_level, verify=options.verify_loop_stages,
+                               keep_ir=options.keep_loop_stages)
+
+    tuned = options.tuned_configs.get(impl.workload_key)
+    if impl.workload_key in options.kernel_configs or tuned is None:
+        scheduled = schedule(options.kernel_configs.get(impl.workload_key))
+        if impl.workload_key in options.kernel_configs:
+            impl.config_source = "given"
+    else:
+        try:
+            scheduled = schedule(tuned)
+            impl.config_source = "tuned"
+        except ScheduleConfigError as error:
+            warnings.warn(f"kernel {impl.index} ({_members(impl)}): the tuning database's "
+                          f"config does not apply to this ember's kernel ({error}); "
+                          f"scheduled with the default heuristic", TuningRecordWarning,
+                          stacklevel=2)
+            scheduled = schedule(None)
     impl.func, impl.config, impl.trace = scheduled.func, scheduled.config, scheduled.trace
     impl.space, impl.stages = scheduled.space, scheduled.stages
     for prepack in scheduled.prepacks:

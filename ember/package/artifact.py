@@ -38,8 +38,8 @@ from ember.runtime.files import ArtifactDirectory
 from ember.toolchain.disk import (WriteError, cause_of, is_write_failure, name_the_file,
                                   remedy)
 from ember.runtime.manifest import (DIGEST_FIELD, FORMAT, FORMAT_VERSION, HOST_NODES_FILE,
-                                    LIBRARY_FILE, MANIFEST_FILE, WEIGHTS_FILE, parse_manifest,
-                                    seal, strict_json, verify_digest)
+                                    LIBRARY_FILE, MANIFEST_FILE, SCHEDULES, WEIGHTS_FILE,
+                                    parse_manifest, seal, strict_json, verify_digest)
 
 
 def host_node_entries(build: Build) -> list[dict[str, Any]]:
@@ -93,7 +93,19 @@ def manifest_for(build: Build) -> dict[str, Any]:
         "host_nodes": host_node_entries(build),
         # ember_run's index range checks (status code 2 names the node, input and range)
         "checks": [check.to_json() for check in build.checks],
+        **_schedules(build),
     }
+
+
+def _schedules(build: Build) -> dict[str, Any]:
+    """The configs of kernels not scheduled by the default heuristic (a tuning database's,
+    or the caller's ``kernel_configs``); none: no field (readable by older runtimes)."""
+    entries = [{"step": impl.index, "workload_key": impl.workload_key,
+                "source": impl.config_source,
+                "config": {name: list(value) if isinstance(value, tuple) else value
+                           for name, value in impl.config.values}}
+               for impl in build.kernels if impl.config_source != "default"]
+    return {SCHEDULES: entries} if entries else {}
 
 
 @dataclasses.dataclass(frozen=True)

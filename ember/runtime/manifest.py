@@ -34,6 +34,7 @@ LIBRARY_FILE = "model.so"
 WEIGHTS_FILE = "weights.safetensors"
 HOST_NODES_FILE = "host_nodes.json"
 DIGEST_FIELD = "manifest_sha256"
+SCHEDULES = "schedules"  # optional: written only when a kernel has a non-default config
 
 # Bounds: far above any real model, low enough that a forged number cannot make the loader
 # allocate absurd amounts before the library's own signature has confirmed it.
@@ -47,6 +48,18 @@ _REMEDY = "the artifact is malformed or was edited; save it again with this embe
 _TOP_LEVEL = {"format", "format_version", "ember_version", "model", "target", "inputs",
               "outputs", "workspace_size", "weights_size", "weights", "host_nodes", "checks",
               "files", DIGEST_FIELD}
+
+
+@dataclass(frozen=True)
+class ScheduleEntry:
+    """A kernel built with a config other than the default heuristic's: which step, its
+    workload key, where the config came from ("tuned": a tuning database, "given": the
+    caller's ``kernel_configs``) and the config's knob values."""
+
+    step: int
+    workload_key: str
+    source: str
+    config: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,8 @@ class Manifest:
     checks: tuple[IndexCheck, ...]
     files: Mapping[str, str]
     digest: str
+    # Kernels not scheduled by the default heuristic: informational, the runtime uses none
+    schedules: tuple["ScheduleEntry", ...] = ()
 
     def required_files(self) -> tuple[str, ...]:
         """The files the artifact must hold besides the manifest (fixed names)."""
@@ -287,7 +302,7 @@ def parse_manifest(data: Any, source: str) -> Manifest:
 
 
 def _parse(data: dict[str, Any]) -> Manifest:
-    _keys(data, "", required=_TOP_LEVEL - {DIGEST_FIELD}, optional={DIGEST_FIELD})
+    _keys(data, "", required=_TOP_LEVEL - {DIGEST_FIELD}, optional={DIGEST_FIELD, SCHEDULES})
     target = _object(data["target"], "target")
     _keys(target, "target", required={"arch", "required_features"}, optional=None)
     inputs = _tensor_list(data["inputs"], "inputs", named=True)
@@ -321,7 +336,29 @@ def _parse(data: dict[str, Any]) -> Manifest:
         checks=_checks(data["checks"]),
         files=MappingProxyType(dict(files)),
         digest=str(data.get(DIGEST_FIELD, "")),
+        schedules=_schedules(data.get(SCHEDULES, [])),
     )
+
+
+def _schedules(value: Any) -> tuple[ScheduleEntry, ...]:
+    entries = []
+    for i, raw in enumerate(_list(value, SCHEDULES)):
+        where = f"{SCHEDULES}[{i}]"
+        item = _object(raw, where)
+        _keys(item, where, required={"step", "workload_key", "source", "config"},
+              optional=set())
+        config = _object(item["config"], f"{where}.config")
+        for name, knob in config.items():
+            if not (knob is None or isinstance(knob, bool | int | str) or
+                    isinstance(knob, list) and all(isinstance(v, int) and
+                                                   not isinstance(v, bool) for v in knob)):
+                raise SchemaError(f"{where}.config.{name}",
+                                  "must be a bool, int, string, list of ints or null")
+        entries.append(ScheduleEntry(_int(item["step"], f"{where}.step", 0, MAX_DIM),
+                                     _str(item["workload_key"], f"{where}.workload_key"),
+                                     _str(item["source"], f"{where}.source"),
+                                     MappingProxyType(dict(config))))
+    return tuple(entries)
 
 
 def _weights(value: Any, weights_size: int) -> tuple[WeightEntry, ...]:

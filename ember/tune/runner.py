@@ -1,0 +1,72 @@
+"""The measuring process of the tuner: loads candidate kernels and times them, nothing else.
+
+A candidate is a one-kernel artifact (``ember.driver.single_kernel``).  Loading it runs code
+the search generated, which may crash, hang or write out of bounds; so it runs here, in a
+process of its own that the tuner restarts when that happens (``ember.tune.measure``), and
+one bad candidate costs that candidate only.  The protocol is one JSON object per line:
+
+    request   {"artifact": DIR, "inputs": NPZ, "outputs": NPZ, "repeat": R, "warmup": W}
+    answer    {"ok": true, "seconds": median step time, "samples": [...]}
+              {"ok": false, "error": "what went wrong"}
+
+The outputs of one ordinary run are written to ``outputs`` for the tuner to check against its
+oracle; then the step is timed ``repeat`` times (``CompiledModel.profile``, medians).  Only the
+runtime is imported: this is how a deployment runs the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+from ember.runtime.loader import load
+
+
+def _aligned(array: np.ndarray, alignment: int = 64) -> np.ndarray:
+    """A copy of ``array`` starting on an ``alignment`` boundary: the kernel of a value that
+    lives in its model's workspace relies on the workspace's alignment."""
+    raw = np.empty(array.nbytes + alignment, dtype=np.uint8)
+    start = -raw.ctypes.data % alignment
+    copy = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
+def measure(request: dict[str, Any]) -> dict[str, Any]:
+    model = load(request["artifact"])
+    with np.load(request["inputs"], allow_pickle=False) as data:
+        feeds = {name: _aligned(data[name]) for name in data.files}
+    outputs = model.run(feeds)
+    np.savez(request["outputs"], **outputs)
+    # Run for a while before timing: the first calls of a fresh process (or after a pause)
+    # take up to twice as long, while its threads and caches wake up.
+    started = time.perf_counter()
+    while time.perf_counter() - started < float(request.get("warmup_seconds", 0.1)):
+        model.run(feeds)
+    times = model.profile(feeds, repeat=int(request["repeat"]), warmup=int(request["warmup"]))
+    samples = times.samples.sum(axis=1)
+    return {"ok": True, "seconds": float(np.median(samples)),
+            "samples": [float(s) for s in samples]}
+
+
+def main() -> int:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            answer = measure(json.loads(line))
+        except Exception as error:  # noqa: BLE001 -- the tuner records why, and goes on
+            answer = {"ok": False, "error": f"{type(error).__name__}: {error}",
+                      "trace": traceback.format_exc(limit=4)}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

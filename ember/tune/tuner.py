@@ -1,0 +1,327 @@
+"""The tuning loop: tasks, the search over each task's configs, and the budget between them.
+
+A *task* is one distinct kernel of a model (one workload key), weighted by how many steps of
+the model run it.  The loop first measures every task's default config (the heuristic's
+choice: always a candidate, and the yardstick), then spends rounds where the model stands to
+gain most: the next round goes to the task with the largest ``steps x best time``, halved for
+every round in a row that brought it no gain, and a task that went ``STALE_ROUNDS`` rounds
+without a gain, or whose space is exhausted, is done.
+
+A round proposes candidates by evolution over the task's measured configs -- mutations of
+the best few (one or two knobs changed), crossovers of two of them, and with probability
+``EXPLORE`` a random walk from the default (epsilon-greedy exploration) -- skipping every config
+measured before, in this run or any earlier one the database holds (a second run on the same
+database measures nothing again).  Every measurement lands in the database.
+
+Times are noisy, so before it ends, the loop *confirms*: each task's best candidates and its
+default are measured again, interleaved, ``CONFIRM_ROUNDS`` times; the database then judges
+configs by their medians among confirmed ones (``TuningDatabase.best``), the default among
+them: a tuned kernel is not slower than the default one as measured.  A task whose default
+an earlier run confirmed is taken from the database as it is (a second run on the same
+database measures nothing).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ember.core.target import Target
+from ember.driver.pipeline import Build
+from ember.driver.single_kernel import KernelProblem, kernel_problems
+from ember.schedule.config import KernelConfig
+from ember.tune.database import Record, TuningDatabase, target_key
+from ember.tune.measure import Measurement, Measurer
+from ember.tune.space import ConfigSpace, Point
+
+STALE_ROUNDS = 3
+EXPLORE = 0.2
+CONFIRM_ROUNDS = 3
+FINALISTS = 2
+# Each candidate is timed for about this long (its rounds: this over the default's time).
+MEASURE_SECONDS = 0.1
+MIN_REPEAT, MAX_REPEAT = 10, 400
+# The share of the budget kept for confirming the finalists.
+CONFIRM_SHARE = 0.15
+
+
+@dataclass
+class Task:
+    """One distinct kernel of the model and what the search knows of it."""
+
+    problem: KernelProblem
+    space: ConfigSpace
+    steps: int  # how many steps of the model run this kernel
+    measured: dict[str, list[float]] = field(default_factory=dict)  # config -> times
+    refused: set[str] = field(default_factory=set)  # configs that failed or mismatched
+    points: dict[str, Point] = field(default_factory=dict)
+    trials: int = 0
+    stale_rounds: int = 0
+    done: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return self.problem.workload_key
+
+    @property
+    def default_key(self) -> str:
+        return self.space.default.key
+
+    def seconds_of(self, config_key: str) -> float | None:
+        times = self.measured.get(config_key)
+        return float(statistics.median(times)) if times and config_key not in self.refused \
+            else None
+
+    @property
+    def default_seconds(self) -> float | None:
+        return self.seconds_of(self.default_key)
+
+    def ranked(self) -> list[tuple[float, str]]:
+        """Measured valid configs, fastest first."""
+        return sorted((s, k) for k in self.measured if (s := self.seconds_of(k)) is not None)
+
+    @property
+    def best_seconds(self) -> float | None:
+        ranked = self.ranked()
+        return ranked[0][0] if ranked else None
+
+    def repeat(self) -> int:
+        seconds = self.default_seconds or 1e-3
+        return max(MIN_REPEAT, min(MAX_REPEAT, math.ceil(MEASURE_SECONDS / seconds)))
+
+
+@dataclass(frozen=True)
+class TuneEvent:
+    """What the loop reports after every round (for a progress display)."""
+
+    phase: str  # "defaults", "search", "confirm", "done"
+    elapsed: float
+    budget: float
+    trials: int
+    tasks: tuple[Task, ...]
+    estimate: float  # the model's kernels' time with the best configs so far (seconds)
+    default_estimate: float
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    key: str
+    label: str
+    steps: int
+    trials: int
+    default_seconds: float | None
+    tuned_seconds: float | None
+    config: KernelConfig | None  # None: the default stays
+    errors: tuple[str, ...] = ()
+
+    @property
+    def speedup(self) -> float | None:
+        if self.default_seconds and self.tuned_seconds:
+            return self.default_seconds / self.tuned_seconds
+        return None
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    kernels: tuple[KernelResult, ...]
+    trials: int
+    seconds: float
+    curve: tuple[tuple[float, float], ...]  # (elapsed seconds, estimated model kernel time)
+    target_key: str
+    # The whole model timed as built by default and with the tuned configs, interleaved
+    # (median seconds per call); None when not compared.
+    model_default_seconds: float | None = None
+    model_tuned_seconds: float | None = None
+
+    @property
+    def default_estimate(self) -> float:
+        return sum(k.steps * (k.default_seconds or 0.0) for k in self.kernels)
+
+    @property
+    def tuned_estimate(self) -> float:
+        return sum(k.steps * (k.tuned_seconds or k.default_seconds or 0.0)
+                   for k in self.kernels)
+
+    @property
+    def tuned(self) -> int:
+        return sum(1 for k in self.kernels if k.config is not None)
+
+
+def tune_build(build: Build, database: TuningDatabase, *, budget_seconds: float,
+               target: Target | None = None, opt_level: int = 2, workers: int = 0,
+               seed: int = 0, on_event: Callable[[TuneEvent], None] | None = None,
+               candidates_per_round: int = 0, measurer: Measurer | None = None) -> TuneResult:
+    """Tune the kernels of ``build`` for ``budget_seconds`` of wall time, recording every
+    measurement in ``database``; returns per kernel the default and the tuned time.
+    ``measurer`` (default: a new one with ``workers`` build processes) is closed at the
+    end."""
+    target = target or build.target
+    started = time.monotonic()
+    rng = random.Random(seed)
+    tkey = target_key(target)
+    tasks = _tasks(build, target, opt_level, database, tkey)
+    curve: list[tuple[float, float]] = []
+    trials = 0
+
+    def report(phase: str) -> None:
+        estimate = _estimate(tasks, best=True)
+        curve.append((time.monotonic() - started, estimate))
+        if on_event is not None:
+            on_event(TuneEvent(phase, time.monotonic() - started, budget_seconds, trials,
+                               tuple(tasks), estimate, _estimate(tasks, best=False)))
+
+    with measurer or Measurer(target, workers) as measurer:
+        per_round = candidates_per_round or max(2, 2 * measurer.workers)
+        # 1. every default: the yardstick, and the oracle's tolerance for the task
+        live = [task for task in tasks if not task.done]
+        for task in live:
+            measurer.add_task(task.problem, seed)
+        trials += _measure(measurer, database, tkey,
+                           [(task, task.space.default) for task in live])
+        for task in live:
+            if task.default_seconds is None:
+                task.done = True  # its default fails here: nothing to compare against
+        report("defaults")
+        # 2. the search, while the budget lasts
+        search_end = started + budget_seconds * (1 - CONFIRM_SHARE)
+        while time.monotonic() < search_end:
+            task = _next_task(tasks)
+            if task is None:
+                break
+            candidates = _propose(task, rng, per_round)
+            if not candidates:
+                task.done = True
+                continue
+            before = task.best_seconds
+            trials += _measure(measurer, database, tkey, [(task, p) for p in candidates])
+            after = task.best_seconds
+            gained = before is not None and after is not None and after < before * (1 - 0.01)
+            task.stale_rounds = 0 if gained else task.stale_rounds + 1
+            task.done = task.stale_rounds >= STALE_ROUNDS
+            report("search")
+        # 3. confirm the finalists against the default
+        for task in live:
+            finalists = [k for _, k in task.ranked() if k != task.default_key][:FINALISTS]
+            if not finalists or task.default_seconds is None:
+                continue
+            points = [task.space.default] + [task.points[k] for k in finalists]
+            trials += _measure(measurer, database, tkey,
+                               [(task, p) for _ in range(CONFIRM_ROUNDS) for p in points])
+            report("confirm")
+    kernels = tuple(_result(task, database, tkey) for task in tasks)
+    result = TuneResult(kernels, trials, time.monotonic() - started, tuple(curve), tkey)
+    if on_event is not None:
+        on_event(TuneEvent("done", result.seconds, budget_seconds, trials, tuple(tasks),
+                           result.tuned_estimate, result.default_estimate))
+    return result
+
+
+def _tasks(build: Build, target: Target, opt_level: int, database: TuningDatabase,
+           tkey: str) -> list[Task]:
+    """One task per distinct kernel, with what the database already knows of it."""
+    by_key: dict[str, Task] = {}
+    for problem in kernel_problems(build, opt_level):
+        if problem.workload_key in by_key:
+            by_key[problem.workload_key].steps += 1
+            continue
+        task = Task(problem, ConfigSpace(problem, target), steps=1)
+        for record in database.records(problem.workload_key, tkey):
+            config_key = record.config.to_json()
+            if record.valid and record.seconds is not None:
+                task.measured.setdefault(config_key, []).append(record.seconds)
+            else:
+                task.refused.add(config_key)
+                task.measured.setdefault(config_key, [])
+            point = task.space.canonical(record.config)
+            if point is not None:
+                task.points.setdefault(config_key, point)
+        task.points.setdefault(task.default_key, task.space.default)
+        # tuned by an earlier run (its default confirmed): nothing to measure again
+        task.done = len(task.measured.get(task.default_key, ())) >= CONFIRM_ROUNDS
+        by_key[problem.workload_key] = task
+    return list(by_key.values())
+
+
+def _next_task(tasks: list[Task]) -> Task | None:
+    """The live task where a round is worth most: steps x best time, halved per stale round."""
+    live = [t for t in tasks if not t.done and t.best_seconds is not None]
+    if not live:
+        return None
+    return max(live, key=lambda t: t.steps * t.best_seconds * 0.5 ** t.stale_rounds)
+
+
+def _propose(task: Task, rng: random.Random, count: int) -> list[Point]:
+    """Up to ``count`` configs never measured before: mutations and crossovers of the best
+    few, and random walks from the default."""
+    elite = [task.points[k] for _, k in task.ranked()[:5] if k in task.points] or \
+        [task.space.default]
+    chosen: dict[str, Point] = {}
+    for _ in range(count * 25):
+        if len(chosen) >= count:
+            break
+        roll = rng.random()
+        if roll < EXPLORE:
+            point = task.space.random_point(rng)
+        elif roll < EXPLORE + 0.2 and len(elite) > 1:
+            a, b = rng.sample(elite, 2)
+            point = task.space.crossover(a, b, rng)
+        else:
+            parent = elite[min(int(rng.expovariate(1.0)), len(elite) - 1)]
+            point = task.space.mutate(parent, rng, steps=rng.choice((1, 1, 2)))
+        if point is None or point.key in task.measured or point.key in chosen:
+            continue
+        chosen[point.key] = point
+    return list(chosen.values())
+
+
+def _measure(measurer: Measurer, database: TuningDatabase | None, tkey: str,
+             items: list[tuple[Task, Point]]) -> int:
+    """Measure ``items``, record them (in ``database`` unless None) and in their tasks;
+    returns how many were measured."""
+    if not items:
+        return 0
+    repeats = {task.key: task.repeat() for task, _ in items}
+    # (the default is built as a model's build makes it: with no config at all)
+    results: list[Measurement] = measurer.measure(
+        [(task.key, None if point.key == task.default_key else point.config)
+         for task, point in items], repeats)
+    records = []
+    for (task, point), result in zip(items, results):
+        task.trials += 1
+        task.points.setdefault(point.key, point)
+        if result.valid and result.seconds is not None:
+            task.measured.setdefault(point.key, []).append(result.seconds)
+        else:
+            task.refused.add(point.key)
+            task.measured.setdefault(point.key, [])
+            task.errors.append(result.error)
+        records.append(Record(task.key, tkey, point.config, result.seconds, result.valid,
+                              result.error[:2000], kernel=task.problem.label))
+    if database is not None:
+        database.add_many(records)
+    return len(items)
+
+
+def _estimate(tasks: list[Task], best: bool) -> float:
+    total = 0.0
+    for task in tasks:
+        seconds = task.best_seconds if best else task.default_seconds
+        total += task.steps * (seconds or task.default_seconds or 0.0)
+    return total
+
+
+def _result(task: Task, database: TuningDatabase, tkey: str) -> KernelResult:
+    """The task's verdict, as ``ember.compile(tuning_db=...)`` will apply it: the database's
+    best config (by median, confirmed configs first), or the default where that is it."""
+    default = task.default_seconds
+    best = database.best(task.key, tkey)
+    config, tuned = None, default
+    if best is not None and best.config.to_json() != task.default_key:
+        config, tuned = best.config, task.seconds_of(best.config.to_json())
+    return KernelResult(task.key, task.problem.label, task.steps, task.trials, default, tuned,
+                        config, tuple(dict.fromkeys(task.errors))[:5])
