@@ -25,7 +25,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -938,7 +938,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
             dynamic_shapes: Any = None, dynamic_batch: bool | None = None,
             threads: int | None = None, base_dir: str | Path | None = None,
             kernel_configs: Mapping[str, Any] | None = None,
-            tuning_db: str | Path | None = None,
+            tuning_db: str | Path | None = None, schedule: str = "default",
             allow_fallbacks: bool | None = None) -> Module:
     """Compile an ONNX model (path, bytes, ModelProto), a ``torch.nn.Module`` or an ember
     Graph to native code.
@@ -985,7 +985,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
                            memory_limit=memory_limit,
                            kernel_configs=_kernel_configs(kernel_configs),
-                           tuned_configs=_tuned_configs(tuning_db, resolved))
+                           tuned_configs=tuned_configs_from(tuning_db, resolved),
+                           config_chooser=config_chooser_for(schedule, resolved, opt_level))
     if allow_fallbacks is None:
         allow_fallbacks = not _is_torch_module(model)
     module = Module(graph, options, input_shapes, dynamic_batch=dynamic_batch,
@@ -995,7 +996,19 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     return module
 
 
-def _tuned_configs(path: str | Path | None, target: Target) -> dict[str, KernelConfig]:
+def config_chooser_for(schedule: str, target: Target, opt_level: int
+                       ) -> "Callable[..., KernelConfig | None] | None":
+    """``BuildOptions.config_chooser`` for ``compile``'s ``schedule`` argument."""
+    if schedule == "default":
+        return None
+    if schedule == "predicted":
+        from ember.tune.predict import PredictedSchedules
+
+        return PredictedSchedules(target, opt_level)
+    raise InputError(f"schedule={schedule!r}: expected 'default' or 'predicted'")
+
+
+def tuned_configs_from(path: str | Path | None, target: Target) -> dict[str, KernelConfig]:
     """The best config of every workload a tuning database holds for ``target`` on this
     machine (a missing file is an error: a typo must not silently mean "untuned")."""
     if path is None:

@@ -636,6 +636,11 @@ def _add_compile(commands: argparse._SubParsersAction) -> None:
                         help="compile these batch block sizes too, e.g. 16,8,4,2,1 for a "
                              "server that batches any number of requests (default: the "
                              "given batch size and 1)")
+    parser.add_argument("--tuning-db", type=Path, metavar="DB",
+                        help="apply the configs `ember tune` recorded in DB for this machine")
+    parser.add_argument("--schedule", choices=("default", "predicted"), default="default",
+                        help="predicted: the tuner's cost model picks each other kernel's "
+                             "config, nothing measured (needs ember[tune])")
     _add_memory_limit_option(parser)
     parser.set_defaults(handler=_compile)
 
@@ -658,8 +663,14 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
     shapes = _compile_shapes(graph, _bindings(graph, args.dim))
     # Build and save without loading the library: the artifact may be for another CPU
     # (--target x86_64-avx512 on an AVX2 machine), which this machine's runtime would refuse.
-    options = BuildOptions(target=Target.parse(args.target), opt_level=args.opt_level,
-                           memory_limit=args.memory_limit)
+    from ember.api import config_chooser_for, tuned_configs_from
+
+    target = Target.parse(args.target)
+    options = BuildOptions(target=target, opt_level=args.opt_level,
+                           memory_limit=args.memory_limit,
+                           tuned_configs=tuned_configs_from(args.tuning_db, target),
+                           config_chooser=config_chooser_for(args.schedule, target,
+                                                             args.opt_level))
     build = build_graph(graph, shapes, options)
     console.print(build.report())
     split = _batch_blocks(graph, shapes, console) if args.batch_blocks else None
@@ -813,6 +824,10 @@ def _add_tune(commands: argparse._SubParsersAction) -> None:
                         help="write the tuning curve to PNG (needs matplotlib)")
     parser.add_argument("--no-compare", dest="compare", action="store_false",
                         help="skip timing the whole model built both ways at the end")
+    parser.add_argument("--ray", metavar="ADDRESS",
+                        help="tune on every node of this Ray cluster (or 'local' for an "
+                             "instance started for the run), each for its own machine, all "
+                             "records in --db (needs the distributed extra)")
     parser.set_defaults(handler=_tune)
 
 
@@ -829,7 +844,7 @@ def _tune(args: argparse.Namespace, console: Console) -> int:
                       f"sizes with --batch, --dim or --shape)")
     result = tune(graph, input_shapes=shapes, budget=args.budget, db=args.db,
                   target=args.target, opt_level=args.opt_level, workers=args.workers,
-                  seed=args.seed, compare=args.compare)
+                  seed=args.seed, compare=args.compare and args.ray is None, ray=args.ray)
     _wide(console).print(result_table(result))
     if result.model_default_seconds and result.model_tuned_seconds:
         console.print(f"whole model, timed in turns: {result.model_default_seconds * 1e3:.3f} "

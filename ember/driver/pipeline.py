@@ -23,7 +23,7 @@ import warnings
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -77,6 +77,10 @@ class BuildOptions:
     # a record this ember's kernel no longer accepts (a stale database) falls back to the
     # default heuristic with a warning instead of failing the build.
     tuned_configs: Mapping[str, "KernelConfig"] = field(default_factory=dict)
+    # Proposes a config for a kernel that neither mapping lists (ember.compile's
+    # schedule="predicted": the tuner's cost model ranks candidates, nothing is measured);
+    # called with the kernel as lowered, its constant parameters, its FLOPs and its key.
+    config_chooser: "Callable[[PrimFunc, frozenset[int], float, str], KernelConfig | None] | None" = None
     # Keep each kernel's loop IR after every loop stage (KernelImpl.stages), for inspection;
     # and verify the loop IR after every stage.
     keep_loop_stages: bool = False
@@ -150,6 +154,10 @@ class Build:
         if self.tuned_kernels:
             lines.append(f"  tuned: {len(self.tuned_kernels)} of {len(self.kernels)} kernels "
                          f"scheduled from the tuning database")
+        predicted = sum(1 for impl in self.kernels if impl.config_source == "predicted")
+        if predicted:
+            lines.append(f"  predicted: {predicted} of {len(self.kernels)} kernels scheduled "
+                         f"by the cost model's pick (the others: the default heuristic)")
         for impl in self.host_nodes:
             lines.append(f"  fallback: node '{impl.node.name}' ({impl.node.op}): {impl.reason}")
         return "\n".join(lines)
@@ -430,6 +438,13 @@ def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions,
                                keep_ir=options.keep_loop_stages)
 
     tuned = options.tuned_configs.get(impl.workload_key)
+    if tuned is None and options.config_chooser is not None and \
+            impl.workload_key not in options.kernel_configs:
+        tuned = options.config_chooser(impl.func, constants, kernel_flops(g, impl),
+                                       impl.workload_key)
+        source = "predicted"
+    else:
+        source = "tuned"
     if impl.workload_key in options.kernel_configs or tuned is None:
         scheduled = schedule(options.kernel_configs.get(impl.workload_key))
         if impl.workload_key in options.kernel_configs:
@@ -437,7 +452,7 @@ def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions,
     else:
         try:
             scheduled = schedule(tuned)
-            impl.config_source = "tuned"
+            impl.config_source = source
         except ScheduleConfigError as error:
             warnings.warn(f"kernel {impl.index} ({_members(impl)}): the tuning database's "
                           f"config does not apply to this ember's kernel ({error}); "
@@ -460,6 +475,17 @@ def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions,
         g.types[name] = TensorType(DType.from_numpy(packed.dtype), tuple(packed.shape))
         impl.packed_inputs[prepack.param] = name
         packed_weights[layout] = name
+
+
+def kernel_flops(g: Graph, impl: KernelImpl) -> float:
+    """The FLOPs of a kernel's nodes (0 for ops without a FLOPs rule)."""
+    from ember.ops.cost import node_flops
+
+    total = 0.0
+    for node in impl.nodes:
+        flops = node_flops(node, g.types)
+        total += float(flops) if isinstance(flops, int | float) else 0.0
+    return total
 
 
 def _used_constants(g: Graph, impls: list[KernelImpl]) -> dict[str, np.ndarray]:

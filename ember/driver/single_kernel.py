@@ -65,6 +65,8 @@ def kernel_problems(build: "Build", opt_level: int = 2) -> list[KernelProblem]:
     """The compiled kernels of ``build`` as problems, in step order (one per kernel step;
     steps that share a workload key share a problem object's key, not the object).
     A build traced over run-time sizes has none: its kernels read their sizes at run time."""
+    from ember.driver.pipeline import kernel_flops
+
     g = build.graph
     problems = []
     for impl in build.kernels:
@@ -84,7 +86,7 @@ def kernel_problems(build: "Build", opt_level: int = 2) -> list[KernelProblem]:
             index_checks=list(impl.index_checks),
             label=f"{'+'.join(n.op for n in impl.nodes)} ({names})",
             default_config=impl.config,
-            flops=float(_flops(g, impl.group)),
+            flops=kernel_flops(g, impl),
         ))
     return problems
 
@@ -102,16 +104,6 @@ def _kernel_graph(g: Graph, group: FusedGroup) -> Graph:
                  types={name: g.types[name] for name in values if name in g.types},
                  constants={name: g.constants[name] for name in values
                             if name in g.constants})
-
-
-def _flops(g: Graph, group: FusedGroup) -> float:
-    from ember.ops.cost import node_flops
-
-    total = 0.0
-    for node in group.nodes:
-        flops = node_flops(node, g.types)
-        total += float(flops) if isinstance(flops, int | float) else 0.0
-    return total
 
 
 def schedule_problem(problem: KernelProblem, target: Target,

@@ -51,6 +51,15 @@ CREATE TABLE IF NOT EXISTS records (
     created REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS records_by_kernel ON records (workload_key, target_key, config)
 """
+# The tuner's verdicts: the config it chose for a workload after confirming its finalists
+# against the default (the default itself where none beat it by enough).  Where a workload
+# has one, it is what best_configs() applies; the records' medians decide only without one.
+_DECISIONS = """
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, workload_key TEXT NOT NULL,
+    target_key TEXT NOT NULL, config TEXT NOT NULL, ember_version TEXT NOT NULL,
+    decided REAL NOT NULL)
+"""
 
 
 class TuningDatabaseError(EmberError, ValueError):
@@ -169,6 +178,9 @@ class TuningDatabase:
             self._check_schema()
             if self.path != ":memory:":  # only now: never change another program's file
                 self._conn.execute("PRAGMA journal_mode=WAL")
+            if "decisions" not in self._objects():
+                with self._write():
+                    self._conn.execute(_DECISIONS)
         except sqlite3.Error as error:
             self.close()
             raise TuningDatabaseError(
@@ -311,9 +323,47 @@ class TuningDatabase:
                           (workload_key, target_key)).get((workload_key, target_key))
 
     def best_configs(self, target_key: str) -> dict[str, KernelConfig]:
-        """Workload key -> best config, for every workload with a valid record on the target."""
-        best = self._best(" AND target_key = ?", (target_key,))
-        return {workload: record.config for (workload, _), record in sorted(best.items())}
+        """Workload key -> the config to build it with on the target: the tuner's latest
+        decision where there is one, else the best config by its records (``best``)."""
+        best = {workload: record.config for (workload, _), record in
+                self._best(" AND target_key = ?", (target_key,)).items()}
+        best.update(self._decisions(target_key))
+        return dict(sorted(best.items()))
+
+    # ------------------------------------------------------------------ decisions
+    def decide(self, workload_key: str, target_key: str, config: KernelConfig) -> None:
+        """Record the tuner's verdict for a workload on a target (the latest one counts)."""
+        with self._write() as conn:
+            conn.execute("INSERT INTO decisions (workload_key, target_key, config, "
+                         "ember_version, decided) VALUES (?, ?, ?, ?, ?)",
+                         (workload_key, target_key, config.to_json(), __version__,
+                          time.time()))
+
+    def decision(self, workload_key: str, target_key: str) -> KernelConfig | None:
+        """The latest verdict for the workload on the target, if the tuner gave one."""
+        return self._decisions(target_key, workload_key).get(workload_key)
+
+    def _decisions(self, target_key: str, workload_key: str | None = None
+                   ) -> dict[str, KernelConfig]:
+        where, params = "target_key = ?", [target_key]
+        if workload_key is not None:
+            where, params = where + " AND workload_key = ?", params + [workload_key]
+        found: dict[str, KernelConfig] = {}
+        for rowid, workload, config in self._conn.execute(
+                f"SELECT id, workload_key, config FROM decisions WHERE {where} "
+                f"ORDER BY decided, id", params).fetchall():
+            try:
+                if not isinstance(workload, str) or not isinstance(config, str):
+                    raise TypeError("workload and config must be text")
+                found[workload] = KernelConfig.from_json(config)
+            except (ScheduleConfigError, TypeError, ValueError, RecursionError) as why:
+                warnings.warn(f"{self.path}: tuning decision {rowid} skipped: {why}",
+                              TuningDatabaseWarning, stacklevel=3)
+        return found
+
+    def _decision_rows(self) -> list[tuple[Any, ...]]:
+        return self._conn.execute("SELECT workload_key, target_key, config, ember_version, "
+                                  "decided FROM decisions").fetchall()
 
     def workloads(self, target_key: str | None = None) -> list[str]:
         """The workload keys with any record (on ``target_key`` when given), sorted."""
@@ -344,11 +394,16 @@ class TuningDatabase:
                     new.append(self._encode(record))
             conn.executemany(f"INSERT INTO records ({', '.join(_COLUMNS)}) "
                              f"VALUES ({', '.join('?' * len(_COLUMNS))})", new)
+            decided = set(self._decision_rows())
+            conn.executemany("INSERT INTO decisions (workload_key, target_key, config, "
+                             "ember_version, decided) VALUES (?, ?, ?, ?, ?)",
+                             [row for row in other._decision_rows() if row not in decided])
         return len(new)
 
     def export_best(self, path: str | Path, overwrite: bool = False) -> int:
-        """Writes a new database of only the best valid record of each (workload, target),
-        the small file a deployment ships; returns how many records it holds."""
+        """Writes a new database of only the best valid record of each (workload, target)
+        and the latest decisions, the small file a deployment ships; returns how many
+        records it holds."""
         path = Path(path)
         if path.exists() and not overwrite:
             raise TuningDatabaseError(f"{path} exists; pass overwrite=True (--overwrite) to "
@@ -361,6 +416,11 @@ class TuningDatabase:
         try:
             with TuningDatabase(partial) as out:
                 out.add_many(best[key] for key in sorted(best))
+                for workload, target in sorted({key for key in best} |
+                                               {(r[0], r[1]) for r in self._decision_rows()}):
+                    config = self._decisions(target, workload).get(workload)
+                    if config is not None:
+                        out.decide(workload, target, config)
             for suffix in ("-wal", "-shm"):  # an old file's journal must not meet the new one
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
             os.replace(partial, path)  # readers see the old file or the whole new one

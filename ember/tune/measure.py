@@ -8,6 +8,9 @@ cannot take, a C compiler error or a worker that dies costs that candidate only.
 Built candidates are then timed one after the other -- never while the workers compile, so
 that the compilers do not steal the timed kernel's cores -- by the runner process
 (``ember.tune.runner``), which the measurer restarts when it crashes or overruns its time.
+A single time is noisy on a shared machine (episodes of seconds in which every kernel runs
+up to 1.7x slower); the tuner confirms its finalists by measuring them again, interleaved
+with the default (``ember.tune.tuner``).
 Every candidate's outputs are checked against the oracle's (the reference executor on the
 kernel's nodes, computed once per task) before its time counts: a wrong kernel is never
 chosen.
@@ -203,11 +206,12 @@ class Measurer:
         built = self._build_all(items, folders)
         results = []
         for (key, config), folder, (ok, error) in zip(items, folders, built):
+            task = self.tasks[key]
             result = Measurement(config if config is not None else KernelConfig())
             if not ok:
                 result.error = f"build: {error}"
             else:
-                self._time(self.tasks[key], folder, result, repeats.get(key, 30), warmup)
+                self._time(task, folder, result, repeats.get(key, 30), warmup)
             shutil.rmtree(folder, ignore_errors=True)
             results.append(result)
         return results

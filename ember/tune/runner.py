@@ -10,7 +10,13 @@ one bad candidate costs that candidate only.  The protocol is one JSON object pe
               {"ok": false, "error": "what went wrong"}
 
 The outputs of one ordinary run are written to ``outputs`` for the tuner to check against its
-oracle; then the step is timed ``repeat`` times (``CompiledModel.profile``, medians).  Only the
+oracle; then the step is timed ``repeat`` times (``CompiledModel.profile``, medians).
+
+One library is loaded at a time.  Timing a candidate in turns with its task's default
+kernel, both loaded in this process, was tried and dropped: the two libraries' thread pools
+then compete for the two cores (one's workers still spin while the other runs), and one of
+the pair ran up to 1.9x slower in some rounds -- a bias, not a cancellation, of the host's
+noise.  Only the
 runtime is imported: this is how a deployment runs the kernel.
 """
 
@@ -48,8 +54,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     while time.perf_counter() - started < float(request.get("warmup_seconds", 0.1)):
         model.run(feeds)
-    times = model.profile(feeds, repeat=int(request["repeat"]), warmup=int(request["warmup"]))
-    samples = times.samples.sum(axis=1)
+    samples = model.profile(feeds, repeat=int(request["repeat"]),
+                            warmup=int(request["warmup"])).samples.sum(axis=1)
     return {"ok": True, "seconds": float(np.median(samples)),
             "samples": [float(s) for s in samples]}
 

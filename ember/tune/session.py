@@ -36,14 +36,20 @@ def tune(model: Any, example_inputs: Any = None, *,
          input_shapes: Mapping[str, Sequence[int]] | None = None,
          budget: str | float = "10m", db: str | Path | TuningDatabase = DEFAULT_DB,
          target: str | Target = "native", opt_level: int = 2, workers: int = 0,
-         seed: int = 0, progress: bool = True, compare: bool = True) -> TuneResult:
+         seed: int = 0, progress: bool = True, compare: bool = True,
+         ray: str | None = None) -> TuneResult:
     """Tune ``model``'s kernels for ``budget`` (seconds, or ``"90s"``, ``"10m"``) of wall
     time, recording every measurement in the SQLite database ``db`` (created if new; a
     second run resumes from it and measures nothing twice).  ``input_shapes`` fixes
     the shapes of dynamic inputs (required when the model has any).  ``workers`` processes
     build candidates in parallel (default: one per CPU).  Returns per kernel the default and
     the tuned time, and (``compare``) the whole model's time built both ways, timed in
-    turns; ``ember.compile(model, tuning_db=db)`` applies the result."""
+    turns; ``ember.compile(model, tuning_db=db)`` applies the result.
+
+    ``ray`` tunes on every node of a Ray cluster instead (an address, ``"auto"``, or
+    ``"local"`` for an instance started for the run): each node for its own machine, all
+    records in ``db`` (``ember.tune.distributed``); the result returned is this machine's
+    node's where it is one of them, else the first node's."""
     seconds = parse_budget(budget)
     graph = _as_graph(model, example_inputs)
     shapes = _static_shapes(graph, input_shapes)
@@ -52,6 +58,14 @@ def tune(model: Any, example_inputs: Any = None, *,
     own = not isinstance(db, TuningDatabase)
     database = TuningDatabase(db) if own else db
     try:
+        if ray is not None:
+            from ember.tune.distributed import tune_on_ray
+            from ember.tune.database import target_key
+
+            nodes = tune_on_ray(graph, shapes, database, budget_seconds=seconds, address=ray,
+                                opt_level=opt_level, workers=workers, seed=seed)
+            here = target_key(Target.native())
+            return next((n.result for n in nodes if n.target_key == here), nodes[0].result)
         with LiveProgress() if progress else nullcontext() as display:
             result = tune_build(build, database, budget_seconds=seconds, target=resolved,
                                 opt_level=opt_level, workers=workers, seed=seed,

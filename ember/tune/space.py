@@ -17,18 +17,23 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import numpy as np
+
 from ember.core.errors import EmberError
 from ember.core.target import Target
 from ember.driver.single_kernel import KernelProblem, schedule_problem
 from ember.schedule.config import KernelConfig, Knob
+from ember.tune.features import kernel_features
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Point:
-    """A canonical config and the knobs the kernel asked when scheduled with it."""
+    """A canonical config, the knobs the kernel asked when scheduled with it, and the
+    scheduled kernel's features (what the cost model reads)."""
 
     config: KernelConfig
     knobs: tuple[Knob, ...]
+    features: np.ndarray
 
     @property
     def key(self) -> str:
@@ -55,7 +60,8 @@ class ConfigSpace:
             except EmberError:
                 point = None
             else:
-                point = Point(scheduled.config, tuple(scheduled.space))
+                point = Point(scheduled.config, tuple(scheduled.space),
+                              kernel_features(scheduled.func, self.target, self.problem.flops))
             self._points[key] = point
             if point is not None:
                 self._points.setdefault(point.key, point)

@@ -8,17 +8,22 @@ every round in a row that brought it no gain, and a task that went ``STALE_ROUND
 without a gain, or whose space is exhausted, is done.
 
 A round proposes candidates by evolution over the task's measured configs -- mutations of
-the best few (one or two knobs changed), crossovers of two of them, and with probability
-``EXPLORE`` a random walk from the default (epsilon-greedy exploration) -- skipping every config
-measured before, in this run or any earlier one the database holds (a second run on the same
-database measures nothing again).  Every measurement lands in the database.
+the best few (one or two knobs changed), crossovers of two of them, and random walks from
+the default -- skipping every config measured before, in this run or any earlier one the
+database holds (a second run on the same database measures nothing again).  With the cost
+model (``ember.tune.cost_model``, when LightGBM is installed) a round proposes
+``OVERSAMPLE`` times as many as it measures and measures those the model ranks highest, plus
+a share ``EXPLORE`` picked at random (epsilon-greedy); the model starts from the pretrained
+one and is retrained on every round's measurements, and its ranking of each round's
+candidates before it saw them is kept as its ranking quality.  Every measurement lands in
+the database.
 
 Times are noisy, so before it ends, the loop *confirms*: each task's best candidates and its
-default are measured again, interleaved, ``CONFIRM_ROUNDS`` times; the database then judges
-configs by their medians among confirmed ones (``TuningDatabase.best``), the default among
-them: a tuned kernel is not slower than the default one as measured.  A task whose default
-an earlier run confirmed is taken from the database as it is (a second run on the same
-database measures nothing).
+default are measured again, interleaved, ``CONFIRM_ROUNDS`` times, and a finalist is chosen
+only where its median beats the default's by ``MIN_GAIN``; the verdict is written to the
+database as a decision (``TuningDatabase.decide``), which is what ``ember.compile(...,
+tuning_db=)`` applies.  A task an earlier run decided is taken from the database as it is (a
+second run on the same database measures nothing).
 """
 
 from __future__ import annotations
@@ -30,18 +35,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from ember.core.target import Target
 from ember.driver.pipeline import Build
 from ember.driver.single_kernel import KernelProblem, kernel_problems
 from ember.schedule.config import KernelConfig
+from ember.tune import cost_model
+from ember.tune.cost_model import CostModel, ranking_quality
 from ember.tune.database import Record, TuningDatabase, target_key
 from ember.tune.measure import Measurement, Measurer
 from ember.tune.space import ConfigSpace, Point
 
 STALE_ROUNDS = 3
-EXPLORE = 0.2
-CONFIRM_ROUNDS = 3
+EXPLORE = 0.25
+OVERSAMPLE = 8
+CONFIRM_ROUNDS = 4
 FINALISTS = 2
+# A finalist must beat the default's median (of the confirming rounds) by this much to be
+# chosen: smaller differences are within what this machine's noise makes of equal kernels.
+MIN_GAIN = 0.03
 # Each candidate is timed for about this long (its rounds: this over the default's time).
 MEASURE_SECONDS = 0.1
 MIN_REPEAT, MAX_REPEAT = 10, 400
@@ -137,6 +150,9 @@ class TuneResult:
     # (median seconds per call); None when not compared.
     model_default_seconds: float | None = None
     model_tuned_seconds: float | None = None
+    # The cost model's ranking of candidates before it was trained on them (see
+    # ember.tune.cost_model.ranking_quality); empty without a model.
+    model_quality: tuple[tuple[str, float], ...] = ()
 
     @property
     def default_estimate(self) -> float:
@@ -155,11 +171,12 @@ class TuneResult:
 def tune_build(build: Build, database: TuningDatabase, *, budget_seconds: float,
                target: Target | None = None, opt_level: int = 2, workers: int = 0,
                seed: int = 0, on_event: Callable[[TuneEvent], None] | None = None,
-               candidates_per_round: int = 0, measurer: Measurer | None = None) -> TuneResult:
+               candidates_per_round: int = 0, measurer: Measurer | None = None,
+               use_model: bool = True) -> TuneResult:
     """Tune the kernels of ``build`` for ``budget_seconds`` of wall time, recording every
     measurement in ``database``; returns per kernel the default and the tuned time.
     ``measurer`` (default: a new one with ``workers`` build processes) is closed at the
-    end."""
+    end; ``use_model=False`` searches without the cost model."""
     target = target or build.target
     started = time.monotonic()
     rng = random.Random(seed)
@@ -167,6 +184,7 @@ def tune_build(build: Build, database: TuningDatabase, *, budget_seconds: float,
     tasks = _tasks(build, target, opt_level, database, tkey)
     curve: list[tuple[float, float]] = []
     trials = 0
+    guide = _Guide(use_model)
 
     def report(phase: str) -> None:
         estimate = _estimate(tasks, best=True)
@@ -181,8 +199,8 @@ def tune_build(build: Build, database: TuningDatabase, *, budget_seconds: float,
         live = [task for task in tasks if not task.done]
         for task in live:
             measurer.add_task(task.problem, seed)
-        trials += _measure(measurer, database, tkey,
-                           [(task, task.space.default) for task in live])
+        trials += len(_measure(measurer, database, tkey,
+                               [(task, task.space.default) for task in live]))
         for task in live:
             if task.default_seconds is None:
                 task.done = True  # its default fails here: nothing to compare against
@@ -193,28 +211,38 @@ def tune_build(build: Build, database: TuningDatabase, *, budget_seconds: float,
             task = _next_task(tasks)
             if task is None:
                 break
-            candidates = _propose(task, rng, per_round)
+            candidates = guide.choose(task, _propose(task, rng, per_round * guide.oversample),
+                                      per_round, rng)
             if not candidates:
                 task.done = True
                 continue
             before = task.best_seconds
-            trials += _measure(measurer, database, tkey, [(task, p) for p in candidates])
+            trials += len(_measure(measurer, database, tkey, [(task, p) for p in candidates]))
+            guide.learn(task, candidates, tasks)
             after = task.best_seconds
             gained = before is not None and after is not None and after < before * (1 - 0.01)
             task.stale_rounds = 0 if gained else task.stale_rounds + 1
             task.done = task.stale_rounds >= STALE_ROUNDS
             report("search")
-        # 3. confirm the finalists against the default
+        # 3. confirm the finalists against the default, and decide
         for task in live:
-            finalists = [k for _, k in task.ranked() if k != task.default_key][:FINALISTS]
-            if not finalists or task.default_seconds is None:
+            if task.default_seconds is None:
                 continue
+            finalists = [k for _, k in task.ranked() if k != task.default_key][:FINALISTS]
             points = [task.space.default] + [task.points[k] for k in finalists]
-            trials += _measure(measurer, database, tkey,
-                               [(task, p) for _ in range(CONFIRM_ROUNDS) for p in points])
-            report("confirm")
+            confirmed = {p.key: [] for p in points}
+            if finalists:
+                items = [(task, p) for _ in range(CONFIRM_ROUNDS) for p in points]
+                for (_, point), seconds in zip(items, _measure(measurer, database, tkey,
+                                                                items)):
+                    if seconds is not None:
+                        confirmed[point.key].append(seconds)
+                trials += len(items)
+                report("confirm")
+            database.decide(task.key, tkey, _verdict(task, points, confirmed).config)
     kernels = tuple(_result(task, database, tkey) for task in tasks)
-    result = TuneResult(kernels, trials, time.monotonic() - started, tuple(curve), tkey)
+    result = TuneResult(kernels, trials, time.monotonic() - started, tuple(curve), tkey,
+                        model_quality=guide.quality())
     if on_event is not None:
         on_event(TuneEvent("done", result.seconds, budget_seconds, trials, tuple(tasks),
                            result.tuned_estimate, result.default_estimate))
@@ -241,8 +269,8 @@ def _tasks(build: Build, target: Target, opt_level: int, database: TuningDatabas
             if point is not None:
                 task.points.setdefault(config_key, point)
         task.points.setdefault(task.default_key, task.space.default)
-        # tuned by an earlier run (its default confirmed): nothing to measure again
-        task.done = len(task.measured.get(task.default_key, ())) >= CONFIRM_ROUNDS
+        # tuned by an earlier run (it decided): nothing to measure again
+        task.done = database.decision(problem.workload_key, tkey) is not None
         by_key[problem.workload_key] = task
     return list(by_key.values())
 
@@ -253,6 +281,54 @@ def _next_task(tasks: list[Task]) -> Task | None:
     if not live:
         return None
     return max(live, key=lambda t: t.steps * t.best_seconds * 0.5 ** t.stale_rounds)
+
+
+class _Guide:
+    """The cost model's part in the search: ranks proposals, learns from measurements, and
+    keeps how well it ranked each round before it learned from it."""
+
+    def __init__(self, enabled: bool):
+        self.model: CostModel | None = None
+        self.start: CostModel | None = None
+        if enabled and cost_model.available():
+            self.start = CostModel.pretrained()
+            self.model = self.start or CostModel()
+        self.oversample = OVERSAMPLE if self.model is not None else 1
+        self.judged: list[tuple[float, float, str]] = []  # (predicted, measured, task)
+
+    def choose(self, task: Task, proposals: list[Point], count: int,
+               rng: random.Random) -> list[Point]:
+        if self.model is None or not self.model.trained or len(proposals) <= count:
+            return proposals[:count]
+        scores = self.model.predict(np.stack([p.features for p in proposals]))
+        order = [proposals[i] for i in np.argsort(-scores, kind="stable")]
+        explore = sum(rng.random() < EXPLORE for _ in range(count))
+        chosen = order[:count - explore]
+        rest = order[count - explore:]
+        return chosen + rng.sample(rest, min(explore, len(rest)))
+
+    def learn(self, task: Task, measured: list[Point], tasks: list[Task]) -> None:
+        if self.model is None:
+            return
+        default = task.default_seconds
+        fresh = [(p, task.seconds_of(p.key)) for p in measured]
+        fresh = [(p, s) for p, s in fresh if s is not None and default]
+        if self.model.trained and len(fresh) >= 2:
+            predicted = self.model.predict(np.stack([p.features for p, _ in fresh]))
+            self.judged.extend((float(q), math.log2(default / s), task.key)
+                               for q, (_, s) in zip(predicted, fresh))
+        samples = [(t.points[k].features, math.log2(t.default_seconds / s))
+                   for t in tasks if t.default_seconds
+                   for k in t.measured if k in t.points and (s := t.seconds_of(k))]
+        if len(samples) >= 8:
+            self.model = CostModel().fit(np.stack([f for f, _ in samples]),
+                                         np.array([y for _, y in samples]), start=self.start)
+
+    def quality(self) -> tuple[tuple[str, float], ...]:
+        if len(self.judged) < 4:
+            return ()
+        predicted, measured, groups = zip(*self.judged)
+        return tuple(ranking_quality(predicted, measured, groups).items())
 
 
 def _propose(task: Task, rng: random.Random, count: int) -> list[Point]:
@@ -279,12 +355,28 @@ def _propose(task: Task, rng: random.Random, count: int) -> list[Point]:
     return list(chosen.values())
 
 
+def _verdict(task: Task, points: list[Point], confirmed: dict[str, list[float]]) -> Point:
+    """The finalist with the lowest median over the confirming rounds where it beats the
+    default's median of the same rounds by ``MIN_GAIN``; else the default (``points[0]``).
+    A finalist that failed in any round is out."""
+    default = points[0]
+    medians = {key: float(statistics.median(times)) for key, times in confirmed.items()
+               if len(times) == CONFIRM_ROUNDS}
+    if default.key not in medians:
+        return default
+    contenders = [p for p in points[1:] if p.key in medians]
+    if not contenders:
+        return default
+    best = min(contenders, key=lambda p: medians[p.key])
+    return best if medians[best.key] < medians[default.key] * (1 - MIN_GAIN) else default
+
+
 def _measure(measurer: Measurer, database: TuningDatabase | None, tkey: str,
-             items: list[tuple[Task, Point]]) -> int:
+             items: list[tuple[Task, Point]]) -> list[float | None]:
     """Measure ``items``, record them (in ``database`` unless None) and in their tasks;
-    returns how many were measured."""
+    returns each one's seconds (None: it failed)."""
     if not items:
-        return 0
+        return []
     repeats = {task.key: task.repeat() for task, _ in items}
     # (the default is built as a model's build makes it: with no config at all)
     results: list[Measurement] = measurer.measure(
@@ -304,7 +396,7 @@ def _measure(measurer: Measurer, database: TuningDatabase | None, tkey: str,
                               result.error[:2000], kernel=task.problem.label))
     if database is not None:
         database.add_many(records)
-    return len(items)
+    return [r.seconds if r.valid else None for r in results]
 
 
 def _estimate(tasks: list[Task], best: bool) -> float:
@@ -316,12 +408,15 @@ def _estimate(tasks: list[Task], best: bool) -> float:
 
 
 def _result(task: Task, database: TuningDatabase, tkey: str) -> KernelResult:
-    """The task's verdict, as ``ember.compile(tuning_db=...)`` will apply it: the database's
-    best config (by median, confirmed configs first), or the default where that is it."""
-    default = task.default_seconds
-    best = database.best(task.key, tkey)
-    config, tuned = None, default
-    if best is not None and best.config.to_json() != task.default_key:
-        config, tuned = best.config, task.seconds_of(best.config.to_json())
-    return KernelResult(task.key, task.problem.label, task.steps, task.trials, default, tuned,
-                        config, tuple(dict.fromkeys(task.errors))[:5])
+    """The task's verdict, as ``ember.compile(tuning_db=...)`` will apply it (the database's
+    decision, else its best config by median)."""
+    chosen = database.decision(task.key, tkey)
+    if chosen is None:
+        best = database.best(task.key, tkey)
+        chosen = best.config if best is not None else None
+    config, tuned = None, task.default_seconds
+    if chosen is not None and chosen.to_json() != task.default_key:
+        config, tuned = chosen, task.seconds_of(chosen.to_json())
+    return KernelResult(task.key, task.problem.label, task.steps, task.trials,
+                        task.default_seconds, tuned, config,
+                        tuple(dict.fromkeys(task.errors))[:5])

@@ -175,3 +175,67 @@ def test_the_space_proposes_configs_the_kernel_accepts(default_build) -> None:
     a, b = [space.canonical(KernelConfig.from_json(k)) for k in sorted(seen)[:2]]
     child = space.crossover(a, b, rng)
     assert child is None or set(child.config.as_dict()) == {k.name for k in child.knobs}
+
+
+def test_the_command_tunes_records_and_reports(model_path, tmp_path, capsys) -> None:
+    from ember.cli import main
+
+    db = tmp_path / "cli.db"
+    status = main(["tune", str(model_path), "--budget", "8s", "--db", str(db),
+                   "--workers", "2", "--no-compare"])
+    out, err = capsys.readouterr()
+    assert status == 0, out + err
+    assert "Traceback" not in out + err
+    assert "kernels of the model" in out and "tuning_db=" in out
+    with TuningDatabase(db) as database:
+        assert len(database) >= 2  # at least every kernel's default
+        assert database.workloads()
+
+
+def test_a_budget_must_be_a_duration(model_path, tmp_path, capsys) -> None:
+    from ember.cli import main
+
+    status = main(["tune", str(model_path), "--budget", "soon", "--db", str(tmp_path / "x.db")])
+    out, err = capsys.readouterr()
+    assert status != 0 and "90s, 10m or 1h" in out + err
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_tuning_on_a_local_ray_instance_lands_in_the_one_database(default_build,
+                                                                 tmp_path) -> None:
+    pytest.importorskip("ray")
+    from ember.tune.distributed import tune_on_ray
+
+    graph = import_onnx(_model(tmp_path / "m.onnx"))
+    with TuningDatabase(tmp_path / "t.db") as db:
+        nodes = tune_on_ray(graph, SHAPES, db, budget_seconds=8, address="local", workers=1)
+        assert len(nodes) == 1
+        node = nodes[0]
+        assert node.target_key == target_key(Target.native())  # this machine is the node
+        assert {r.target_key for r in db.records()} == {node.target_key}
+        assert len(db) == len(node.records) >= len(node.result.kernels)
+        keys = {p.workload_key for p in kernel_problems(default_build)}
+        assert set(db.workloads()) == keys
+        for key in keys:  # every kernel decided, as a local run decides it
+            assert db.decision(key, node.target_key) is not None
+
+
+def test_ember_tune_is_callable_from_python(model_path, tmp_path) -> None:
+    import ember.tune.database  # noqa: F401 -- binds the package to ember.tune first
+
+    with pytest.raises(ember.EmberError, match="90s, 10m or 1h"):
+        ember.tune(model_path, budget="a while", db=tmp_path / "x.db")
+    with pytest.raises(ember.EmberError, match="input_shapes"):
+        ember.tune(_dynamic_model(tmp_path), budget="5s", db=tmp_path / "x.db")
+    assert not (tmp_path / "x.db").exists()
+
+
+def _dynamic_model(tmp_path: Path) -> Path:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    import onnx
+    path = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
