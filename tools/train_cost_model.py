@@ -5,7 +5,8 @@
         --model ember/models/tinynet.onnx:input=8,3,32,32 --model resnet18.onnx ...
     # train on what the database holds for these models, report the ranking quality on
     # kernels held out of training, and write the model
-    .venv/bin/python tools/train_cost_model.py --db costs.db --model ... --out ember/tune/cost_model.txt
+    .venv/bin/python tools/train_cost_model.py --db costs.db --model ... \
+        --out ember/tune/cost_model.txt
 
 Samples are the valid measurements of every kernel of the given models on this machine:
 the features of the candidate's scheduled kernel (``ember.tune.features``) and its speed

@@ -57,8 +57,9 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
                         help="which PyTorch ONNX exporter's files the ONNX peers run "
                              "(default: both)")
     parser.add_argument("--peers", nargs="+", choices=list(PEERS), metavar="PEER",
-                        help=f"contenders (default: all installed); choices: "
-                             f"{', '.join(PEERS)}")
+                        help=f"contenders (default: all installed but the ember variants "
+                             f"ember-tuned and ember-predicted, which are named to run; "
+                             f"--tuning-db adds ember-tuned); choices: {', '.join(PEERS)}")
     parser.add_argument("--threads", type=_positive, default=DEFAULT_THREADS,
                         help="intra-op threads of every contender (default: %(default)s)")
     parser.add_argument("--rounds", type=_positive, default=None,
@@ -93,6 +94,9 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
                         help="let ONNX Runtime's idle workers spin after each run, its default "
                              "(default: they stop when a run returns, so that they do not take "
                              "a core from the contender timed next; see benchmarks/README.md)")
+    parser.add_argument("--tuning-db", type=Path, metavar="DB",
+                        help="the tuning database (ember tune) the ember-tuned contender "
+                             "compiles with; add ember-tuned to --peers")
     parser.add_argument("--in-process", action="store_true",
                         help="prepare and time every contender in this one process (default: "
                              "each in a worker process of its own, as deployed, still timed in "
@@ -161,7 +165,8 @@ def run_bench_command(args: argparse.Namespace, console: Console) -> int:
         budget_seconds=args.budget if args.budget > 0 else None, cache_dir=args.cache_dir,
         refresh_exports=args.refresh_exports, cold_compile=args.cold_compile,
         ort_spin=args.ort_spin, traceback=getattr(args, "traceback", False),
-        isolate=not args.in_process)
+        isolate=not args.in_process,
+        tuning_db=str(args.tuning_db.resolve()) if args.tuning_db else None)
     exporters = list(EXPORTERS) if args.exporter == "both" else [args.exporter]
     batches = args.batch or ([1] if args.quick else [1, 16])
     names = args.models or (list(QUICK_MODELS) if args.quick else list(ZOO))
@@ -176,7 +181,10 @@ def run_bench_command(args: argparse.Namespace, console: Console) -> int:
     if args.ops:
         return _run_ops(entries, batches, exporters, settings, args, console, log)
 
-    peers, skipped_peers = select_peers(args.peers)
+    names = args.peers
+    if names is None and args.tuning_db is not None:
+        names = [name for name, peer in PEERS.items() if not peer.opt_in] + ["ember-tuned"]
+    peers, skipped_peers = select_peers(names)
     for name, reason in skipped_peers.items():
         console.print(Text(f"skipping peer {name}: {reason}", style="yellow"))
     if not peers:
@@ -245,7 +253,7 @@ def _usable_models(names: Sequence[str]) -> tuple[list[ZooEntry], dict[str, str]
 def select_peers(names: Sequence[str] | None) -> tuple[list[Peer], dict[str, str]]:
     """The requested peers (default: all) that can run here, and why the others cannot."""
     peers, skipped = [], {}
-    for name in dict.fromkeys(names or PEERS):
+    for name in dict.fromkeys(names or [n for n, peer in PEERS.items() if not peer.opt_in]):
         peer = PEERS[name]()
         reason = peer.unavailable_reason()
         if reason:

@@ -47,6 +47,8 @@ class Workload:
     # Let ONNX Runtime's idle workers keep spinning after a run (its default; see
     # OnnxRuntimePeer): only fair on a machine with a core to spare for them.
     ort_spin: bool = False
+    # The tuning database the "ember-tuned" contender compiles with (ember tune's).
+    tuning_db: str | None = None
 
 
 @dataclass
@@ -68,6 +70,7 @@ class Peer:
     label = ""
     source = "onnx"  # or "torch"
     requires: tuple[str, ...] = ()  # importable modules it needs
+    opt_in = False  # run only when named in --peers (a variant of another contender)
 
     def available(self) -> bool:
         return not self.unavailable_reason()
@@ -115,13 +118,17 @@ class EmberPeer(Peer):
 
         return ember.__version__
 
+    def _compile_options(self, workload: Workload) -> dict[str, Any]:
+        """What this contender passes to ``ember.compile`` beyond the model."""
+        return {}
+
     def prepare(self, workload: Workload) -> Prepared:
         import ember
         from ember.toolchain import stats
 
         hits_before = stats.cache_hits
         with _fresh_ember_cache(workload.cold_compile):
-            module = ember.compile(_onnx_path(workload))
+            module = ember.compile(_onnx_path(workload), **self._compile_options(workload))
         library_cached = stats.cache_hits > hits_before
         module.set_num_threads(workload.threads)
         build = module.build
@@ -347,9 +354,33 @@ class EmberTorchCompilePeer(Peer):
         return Prepared(run, {"fallbacks": len(fallbacks), "fallback_nodes": fallbacks})
 
 
+class EmberTunedPeer(EmberPeer):
+    """ember with the configs ``ember tune`` recorded (``ember bench --tuning-db DB``)."""
+
+    name, label = "ember-tuned", "ember (tuned)"
+    opt_in = True
+
+    def _compile_options(self, workload: Workload) -> dict[str, Any]:
+        if not workload.tuning_db:
+            raise ValueError("the ember-tuned contender needs --tuning-db DB (made by "
+                             "ember tune)")
+        return {"tuning_db": workload.tuning_db}
+
+
+class EmberPredictedPeer(EmberPeer):
+    """ember with the configs the tuner's cost model picks, nothing measured."""
+
+    name, label = "ember-predicted", "ember (predicted)"
+    requires = ("lightgbm",)
+    opt_in = True
+
+    def _compile_options(self, workload: Workload) -> dict[str, Any]:
+        return {"schedule": "predicted"}
+
+
 # --------------------------------------------------------------------------- registry
 
 
 PEERS: dict[str, type[Peer]] = {peer.name: peer for peer in (
-    EmberPeer, TorchEagerPeer, TorchCompilePeer, EmberTorchCompilePeer, OnnxRuntimePeer,
+    EmberPeer, EmberTunedPeer, EmberPredictedPeer, TorchEagerPeer, TorchCompilePeer, EmberTorchCompilePeer, OnnxRuntimePeer,
     OpenVinoPeer)}

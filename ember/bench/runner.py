@@ -42,6 +42,7 @@ class Settings:
     refresh_exports: bool = False
     cold_compile: bool = False  # see peers.Workload.cold_compile
     ort_spin: bool = False  # see peers.Workload.ort_spin
+    tuning_db: str | None = None  # see peers.Workload.tuning_db
     traceback: bool = False  # keep full tracebacks of failures in the results
     isolate: bool = True  # each contender in its own worker process (see module docstring)
 
@@ -129,7 +130,8 @@ def run_case(entry: ZooEntry, batch: int, exporters: Sequence[str], peers: Seque
                                         f"FAILED ({how}): {_first_line(record.error)}"))
         if record.ok:
             workloads.append(Workload(entry.name, built, settings.threads, record.path,
-                                      exporter, settings.cold_compile, settings.ort_spin))
+                                      exporter, settings.cold_compile, settings.ort_spin,
+                                      settings.tuning_db))
     torch_workload = Workload(entry.name, built, settings.threads,
                               cold_compile=settings.cold_compile)
 

@@ -52,6 +52,11 @@ if TYPE_CHECKING:
     from ember.ir.loop.stmt import PrimFunc
     from ember.toolchain.units import UnitBuild
 
+
+# (kernel as lowered, constant parameters, FLOPs, workload key) -> a config, or None
+ConfigChooser = Callable[["PrimFunc", frozenset, float, str], "KernelConfig | None"]
+
+
 class TuningRecordWarning(UserWarning):
     """A tuning database's record could not be applied (the kernel took its defaults)."""
 
@@ -80,7 +85,7 @@ class BuildOptions:
     # Proposes a config for a kernel that neither mapping lists (ember.compile's
     # schedule="predicted": the tuner's cost model ranks candidates, nothing is measured);
     # called with the kernel as lowered, its constant parameters, its FLOPs and its key.
-    config_chooser: "Callable[[PrimFunc, frozenset[int], float, str], KernelConfig | None] | None" = None
+    config_chooser: "ConfigChooser | None" = None
     # Keep each kernel's loop IR after every loop stage (KernelImpl.stages), for inspection;
     # and verify the loop IR after every stage.
     keep_loop_stages: bool = False

@@ -94,7 +94,8 @@ def target_key(target: Target, cpu_model: str | None = None) -> str:
     """The canonical JSON text naming the machine a record was measured on: the CPU model,
     the instruction set and the memory hierarchy and threads the schedule was built for."""
     data = {"cpu": host_cpu_model() if cpu_model is None else cpu_model,
-            "kind": target.kind, "march": list(target.march), "arch": target.arch, "vector_bits": target.vector_bits,
+            "kind": target.kind, "march": list(target.march), "arch": target.arch,
+            "vector_bits": target.vector_bits,
             "features": sorted(target.features), "machine": target.machine_dict()}
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 

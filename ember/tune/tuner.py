@@ -76,6 +76,9 @@ class Task:
     stale_rounds: int = 0
     done: bool = False
     errors: list[str] = field(default_factory=list)
+    # config -> median seconds over the confirming rounds (the fair comparison: interleaved
+    # in time with the default's)
+    confirmed: dict[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -233,12 +236,14 @@ def tune_build(build: Build, database: TuningDatabase, *, budget_seconds: float,
             confirmed = {p.key: [] for p in points}
             if finalists:
                 items = [(task, p) for _ in range(CONFIRM_ROUNDS) for p in points]
-                for (_, point), seconds in zip(items, _measure(measurer, database, tkey,
-                                                                items)):
+                times = _measure(measurer, database, tkey, items)
+                for (_, point), seconds in zip(items, times):
                     if seconds is not None:
                         confirmed[point.key].append(seconds)
                 trials += len(items)
                 report("confirm")
+            task.confirmed = {key: float(statistics.median(times))
+                              for key, times in confirmed.items() if times}
             database.decide(task.key, tkey, _verdict(task, points, confirmed).config)
     kernels = tuple(_result(task, database, tkey) for task in tasks)
     result = TuneResult(kernels, trials, time.monotonic() - started, tuple(curve), tkey,
@@ -414,9 +419,12 @@ def _result(task: Task, database: TuningDatabase, tkey: str) -> KernelResult:
     if chosen is None:
         best = database.best(task.key, tkey)
         chosen = best.config if best is not None else None
-    config, tuned = None, task.default_seconds
+    def seconds(key: str) -> float | None:  # the confirming rounds' median where there is one
+        return task.confirmed.get(key, task.seconds_of(key))
+
+    default = seconds(task.default_key)
+    config, tuned = None, default
     if chosen is not None and chosen.to_json() != task.default_key:
-        config, tuned = chosen, task.seconds_of(chosen.to_json())
-    return KernelResult(task.key, task.problem.label, task.steps, task.trials,
-                        task.default_seconds, tuned, config,
-                        tuple(dict.fromkeys(task.errors))[:5])
+        config, tuned = chosen, seconds(chosen.to_json())
+    return KernelResult(task.key, task.problem.label, task.steps, task.trials, default,
+                        tuned, config, tuple(dict.fromkeys(task.errors))[:5])

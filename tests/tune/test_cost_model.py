@@ -74,6 +74,7 @@ def test_the_model_learns_a_relation_it_is_shown_and_round_trips(gemm_space, tmp
     points = list(points.values())
     assert len(points) >= 30
     index = {name: i for i, name in enumerate(FEATURE_NAMES)}
+
     # a speed that real kernels show: wasted tile rows and columns cost, more tasks help
     def speed(p):
         f = p.features

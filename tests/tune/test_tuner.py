@@ -201,8 +201,8 @@ def test_a_budget_must_be_a_duration(model_path, tmp_path, capsys) -> None:
     assert not (tmp_path / "x.db").exists()
 
 
-def test_tuning_on_a_local_ray_instance_lands_in_the_one_database(default_build,
-                                                                 tmp_path) -> None:
+def test_tuning_on_a_local_ray_instance_lands_in_the_one_database(
+        default_build, tmp_path) -> None:
     pytest.importorskip("ray")
     from ember.tune.distributed import tune_on_ray
 
