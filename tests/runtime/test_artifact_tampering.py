@@ -521,3 +521,39 @@ def test_a_module_compiled_in_process_runs_the_packed_artifact(mlp, tmp_path):
     with pytest.raises(ModelLoadError, match="has no file 'weights.safetensors'"):
         artifact_from_memory(packed.manifest, {LIBRARY_FILE: packed.files[LIBRARY_FILE]},
                              "in memory")
+
+
+# ---------------------------------------------------------------------- schedules
+
+
+@pytest.mark.parametrize("schedules, problem", [
+    ("not a list", "must be a JSON list"),
+    ([{"step": 0, "workload_key": "k", "source": "tuned"}], "'schedules[0].config' is missing"),
+    ([{"step": -1, "workload_key": "k", "source": "tuned", "config": {}}], "schedules[0].step"),
+    ([{"step": 0, "workload_key": "k", "source": "tuned", "config": {"a": {"b": 1}}}],
+     "schedules[0].config.a"),
+    ([{"step": 0, "workload_key": "k", "source": "tuned", "config": {}, "path": "/x"}],
+     "'schedules[0].path' is not a field"),
+])
+def test_a_malformed_schedules_record_is_refused(artifact, schedules, problem):
+    """``schedules`` (the configs of kernels not scheduled by the default heuristic) is
+    informational, yet parsed as strictly as every other field."""
+    edit_manifest(artifact, lambda m: m.update(schedules=schedules))
+    with pytest.raises(ModelLoadError, match=re.escape(problem)):
+        ember.runtime.load(artifact)
+
+
+def test_an_artifact_built_with_given_configs_lists_them(tmp_path):
+    model = mlp_model()
+    plain = ember.compile(model)
+    key = plain.build.kernels[0].workload_key
+    config = plain.build.kernels[0].config
+    module = ember.compile(model, kernel_configs={key: config})
+    artifact = module.save(tmp_path / "given.ember")
+    entries = read_manifest(artifact)["schedules"]
+    assert [(e["workload_key"], e["source"]) for e in entries] == [(key, "given")] * sum(
+        1 for impl in module.build.kernels if impl.workload_key == key)
+    loaded = ember.runtime.load(artifact)
+    assert loaded.manifest.schedules[0].workload_key == key
+    np.testing.assert_allclose(loaded(X), numpy_mlp(model, X), rtol=1e-4, atol=1e-4)
+    assert "schedules" not in read_manifest(plain.save(tmp_path / "plain.ember"))

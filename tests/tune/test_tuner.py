@@ -239,3 +239,25 @@ def _dynamic_model(tmp_path: Path) -> Path:
     path = tmp_path / "dyn.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
+
+
+def test_the_verdict_needs_a_clear_gain_over_the_default(default_build) -> None:
+    from ember.tune.tuner import CONFIRM_ROUNDS, MIN_GAIN, Task, _verdict
+
+    problem = kernel_problems(default_build)[0]
+    space = ConfigSpace(problem, Target.native())
+    task = Task(problem, space, steps=1)
+    rng = __import__("random").Random(0)
+    a, b = [p for p in (space.random_point(rng) for _ in range(20))
+            if p and p.key != space.default.key][:2]
+    points = [space.default, a, b]
+
+    def verdict(default: float, first: float, second: list[float] | float):
+        second = second if isinstance(second, list) else [second] * CONFIRM_ROUNDS
+        return _verdict(task, points, {space.default.key: [default] * CONFIRM_ROUNDS,
+                                       a.key: [first] * CONFIRM_ROUNDS, b.key: second})
+
+    assert verdict(1.0, 1.0 - MIN_GAIN / 2, 1.0) is space.default   # within the noise
+    assert verdict(1.0, 0.9, 0.8) is b                               # the fastest, clearly
+    assert verdict(1.0, 0.9, [0.5] * (CONFIRM_ROUNDS - 1)) is a      # b failed a round
+    assert verdict(1.0, 1.2, 1.1) is space.default                   # nothing beats it
