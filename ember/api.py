@@ -967,10 +967,13 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     whose key is listed is scheduled with that config, every other one with the default
     heuristic.
     ``tuning_db`` is a tuning database written by ``ember tune`` / ``ember.tune``: every kernel
-    with a record measured on this machine and target takes the best config recorded (by
-    median time; ``module.report()`` says how many did, a saved artifact lists them); a
-    record this ember's kernel no longer accepts is skipped with a warning.  Records of other
-    machines are never applied.
+    with a record measured on this machine and target takes the config the tuner decided on
+    (else the best recorded, by median time; ``module.report()`` says how many did, a saved
+    artifact lists them); a record this ember's kernel no longer accepts is skipped with a
+    warning.  Records of other machines are never applied.
+    ``schedule="predicted"`` lets the tuner's shipped cost model pick the config of every
+    kernel nothing else configures, measuring nothing (``ember.tune.predict``; needs
+    ``ember[tune]``); ``"default"`` leaves them to the heuristic.
     ``allow_fallbacks`` says whether nodes that have no compiled kernel may run as ember's
     numpy references (an artifact with such nodes loads with ``ember.load``, not with the
     bare ``ember.runtime.load``); when not, the first build raises an UnsupportedOpError
@@ -1009,8 +1012,9 @@ def config_chooser_for(schedule: str, target: Target, opt_level: int
 
 
 def tuned_configs_from(path: str | Path | None, target: Target) -> dict[str, KernelConfig]:
-    """The best config of every workload a tuning database holds for ``target`` on this
-    machine (a missing file is an error: a typo must not silently mean "untuned")."""
+    """The config of every workload a tuning database holds for ``target`` on this machine
+    (``TuningDatabase.best_configs``; a missing file is an error: a typo must not silently
+    mean "untuned")."""
     if path is None:
         return {}
     from ember.tune.database import TuningDatabase, TuningDatabaseError, target_key

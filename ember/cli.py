@@ -822,8 +822,10 @@ def _add_tune(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the search")
     parser.add_argument("--plot", type=Path, metavar="PNG",
                         help="write the tuning curve to PNG (needs matplotlib)")
-    parser.add_argument("--no-compare", dest="compare", action="store_false",
-                        help="skip timing the whole model built both ways at the end")
+    parser.add_argument("--no-verify", dest="verify", action="store_false",
+                        help="skip checking the decisions in the whole model at the end (built "
+                             "both ways, timed in turns; a kernel not faster there keeps its "
+                             "default)")
     parser.add_argument("--ray", metavar="ADDRESS",
                         help="tune on every node of this Ray cluster (or 'local' for an "
                              "instance started for the run), each for its own machine, all "
@@ -844,11 +846,12 @@ def _tune(args: argparse.Namespace, console: Console) -> int:
                       f"sizes with --batch, --dim or --shape)")
     result = tune(graph, input_shapes=shapes, budget=args.budget, db=args.db,
                   target=args.target, opt_level=args.opt_level, workers=args.workers,
-                  seed=args.seed, compare=args.compare and args.ray is None, ray=args.ray)
+                  seed=args.seed, verify=args.verify and args.ray is None, ray=args.ray)
     _wide(console).print(result_table(result))
     if result.model_default_seconds and result.model_tuned_seconds:
-        console.print(f"whole model, timed in turns: {result.model_default_seconds * 1e3:.3f} "
-                      f"ms by default, {result.model_tuned_seconds * 1e3:.3f} ms tuned "
+        console.print(f"whole model, each build timed in turns: "
+                      f"{result.model_default_seconds * 1e3:.3f} ms by default, "
+                      f"{result.model_tuned_seconds * 1e3:.3f} ms tuned "
                       f"({result.model_default_seconds / result.model_tuned_seconds:.2f}x)")
     console.print(f"records in {args.db}; apply them with "
                   f"ember.compile(model, tuning_db='{args.db}')")

@@ -48,7 +48,7 @@ class KernelImpl:
     trace: Any = None
     stages: tuple = ()
     # where the kernel's config came from: "default" (the heuristic), "given" (the caller's
-    # kernel_configs) or "tuned" (a tuning database)
+    # kernel_configs), "tuned" (a tuning database) or "predicted" (the cost model's pick)
     config_source: str = "default"
 
     @property

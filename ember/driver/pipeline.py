@@ -423,8 +423,9 @@ def node_reads(node: Node) -> list[str]:
 def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions,
               packed_weights: dict[tuple, str]) -> None:
     """Run the loop stages on ``impl``'s kernel with the config its workload key has in
-    ``options.kernel_configs``, else in ``options.tuned_configs`` (a record that no longer
-    applies: a warning), else the default heuristic; constant operands the GEMM
+    ``options.kernel_configs``, else in ``options.tuned_configs``, else the one
+    ``options.config_chooser`` proposes (one of these two that no longer applies: a warning),
+    else the default heuristic; constant operands the GEMM
     template packs are packed here into new constants that the step passes instead of the
     originals.  ``packed_weights`` maps (weight, layout) to the constant already made for it: a
     weight that several kernels read in one layout (a layer applied many times, shared
@@ -442,27 +443,23 @@ def _schedule(g: Graph, impl: KernelImpl, options: BuildOptions,
                                opt_level=options.opt_level, verify=options.verify_loop_stages,
                                keep_ir=options.keep_loop_stages)
 
-    tuned = options.tuned_configs.get(impl.workload_key)
-    if tuned is None and options.config_chooser is not None and \
-            impl.workload_key not in options.kernel_configs:
-        tuned = options.config_chooser(impl.func, constants, kernel_flops(g, impl),
-                                       impl.workload_key)
-        source = "predicted"
+    if impl.workload_key in options.kernel_configs:
+        scheduled = schedule(options.kernel_configs[impl.workload_key])
+        impl.config_source = "given"
     else:
-        source = "tuned"
-    if impl.workload_key in options.kernel_configs or tuned is None:
-        scheduled = schedule(options.kernel_configs.get(impl.workload_key))
-        if impl.workload_key in options.kernel_configs:
-            impl.config_source = "given"
-    else:
+        proposed, source = options.tuned_configs.get(impl.workload_key), "tuned"
+        if proposed is None and options.config_chooser is not None:
+            proposed = options.config_chooser(impl.func, constants, kernel_flops(g, impl),
+                                              impl.workload_key)
+            source = "predicted"
         try:
-            scheduled = schedule(tuned)
-            impl.config_source = source
+            scheduled = schedule(proposed)
+            impl.config_source = source if proposed is not None else "default"
         except ScheduleConfigError as error:
-            warnings.warn(f"kernel {impl.index} ({_members(impl)}): the tuning database's "
-                          f"config does not apply to this ember's kernel ({error}); "
-                          f"scheduled with the default heuristic", TuningRecordWarning,
-                          stacklevel=2)
+            origin = "the tuning database's" if source == "tuned" else "the predicted"
+            warnings.warn(f"kernel {impl.index} ({_members(impl)}): {origin} config does not "
+                          f"apply to this ember's kernel ({error}); scheduled with the "
+                          f"default heuristic", TuningRecordWarning, stacklevel=2)
             scheduled = schedule(None)
     impl.func, impl.config, impl.trace = scheduled.func, scheduled.config, scheduled.trace
     impl.space, impl.stages = scheduled.space, scheduled.stages

@@ -27,15 +27,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from ember.core.target import Target
 from ember.driver.single_kernel import KernelProblem, random_inputs
 from ember.schedule.config import KernelConfig
+
+if TYPE_CHECKING:
+    from ember.driver.pipeline import Build
 
 # How long one candidate's build may take, and its timing beyond what its default took.
 BUILD_TIMEOUT = 300.0
@@ -72,6 +75,41 @@ class TaskData:
     reference: dict[str, np.ndarray]
     tolerance: dict[str, float]
     default_seconds: float | None = None  # the first valid time: bounds a candidate's run
+
+
+@dataclass
+class ModelTimes:
+    """A whole model timed over rounds: its time per round, and each step's per round."""
+
+    rounds: list[float] = field(default_factory=list)
+    step_rounds: list[list[float]] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def seconds(self) -> float | None:
+        return float(np.median(self.rounds)) if self.rounds and not self.error else None
+
+    @property
+    def steps(self) -> np.ndarray | None:
+        return np.median(np.array(self.step_rounds), axis=0) \
+            if self.step_rounds and not self.error else None
+
+
+def _model_inputs(build: "Build", seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of a whole model (as ``random_inputs`` makes them for a kernel)."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name in build.graph.inputs:
+        vtype = build.graph.types[name]
+        shape = tuple(int(d) for d in vtype.shape)
+        dtype = vtype.dtype.numpy
+        if np.issubdtype(dtype, np.floating):
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[name] = rng.random(shape) < 0.5
+        else:
+            feeds[name] = np.zeros(shape, dtype=dtype)
+    return feeds
 
 
 class _LineWorker:
@@ -242,6 +280,47 @@ class Measurer:
         result.samples = tuple(answer.get("samples", ()))
         if task.default_seconds is None:
             task.default_seconds = result.seconds
+
+    def time_models(self, builds: Sequence["Build"], rounds: int = 5,
+                    seconds_per_round: float = 0.3) -> list[ModelTimes]:
+        """Time whole models in the runner, one library loaded at a time, taking turns for
+        ``rounds`` rounds (the drift of a shared machine falls on all alike), on the same
+        random inputs; each model's outputs are checked against the first's."""
+        from ember.package.artifact import save_artifact
+
+        folder = self.scratch / f"models{self._counter}"
+        self._counter += 1
+        folder.mkdir()
+        dirs = [save_artifact(build, folder / f"m{i}") for i, build in enumerate(builds)]
+        inputs_file = folder / "inputs.npz"
+        np.savez(inputs_file, **_model_inputs(builds[0]))
+        times = [ModelTimes() for _ in builds]
+        first_outputs: dict[str, np.ndarray] | None = None
+        repeat = 10
+        for round_ in range(rounds):
+            for directory, entry in zip(dirs, times):
+                outputs_file = folder / "out.npz"
+                answer = self._ask_runner(
+                    {"artifact": str(directory), "inputs": str(inputs_file),
+                     "outputs": str(outputs_file), "repeat": repeat, "warmup": 2},
+                    timeout=self.min_run_timeout + 100 * seconds_per_round)
+                if not answer.get("ok"):
+                    entry.error = str(answer.get("error", "failed"))
+                    continue
+                with np.load(outputs_file, allow_pickle=False) as data:
+                    outputs = {name: data[name] for name in data.files}
+                if first_outputs is None:
+                    first_outputs = outputs
+                elif not all(np.allclose(outputs[k], v, rtol=1e-3, atol=1e-4, equal_nan=True)
+                             for k, v in first_outputs.items()):
+                    entry.error = "its outputs differ from the default build's"
+                entry.rounds.append(float(answer["seconds"]))
+                entry.step_rounds.append(list(answer["steps"]))
+                if round_ == 0 and entry is times[0]:  # ~seconds_per_round of calls
+                    repeat = max(3, min(200, int(seconds_per_round / max(
+                        float(answer["seconds"]), 1e-6))))
+        shutil.rmtree(folder, ignore_errors=True)
+        return times
 
     def _check(self, task: TaskData, outputs: dict[str, np.ndarray],
                result: Measurement) -> str:

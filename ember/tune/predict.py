@@ -7,7 +7,8 @@ default, and the best is taken only where the model predicts at least ``MIN_PRED
 over the default -- a model's ranking is a guess, and the default is the heuristic's measured
 choice, so a small predicted gain is not worth the risk.  A kernel that two steps share is
 predicted once.  The proposals are walks with a fixed seed: the same model compiles the same
-way every time.
+way every time.  Kernels of a build traced over run-time sizes keep the default (their
+sizes must not be compared at compile time).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 
 from ember.core.errors import EmberError
 from ember.core.target import Target
+from ember.core.traced import is_traced
 from ember.ir.graph import FusedGroup, Graph
 from ember.ir.loop.stmt import PrimFunc
 from ember.schedule.config import KernelConfig
@@ -46,6 +48,10 @@ class PredictedSchedules:
 
     def __call__(self, func: PrimFunc, constants: frozenset[int], flops: float,
                  workload_key: str) -> KernelConfig | None:
+        if any(is_traced(d) for p in func.params for d in getattr(p, "shape", ())):
+            # a build traced over run-time sizes: comparing its sizes in the features would
+            # record guards and pin it to these sizes; the default heuristic it is
+            return None
         if workload_key not in self.chosen:
             self.chosen[workload_key] = self._choose(func, constants, flops, workload_key)
         return self.chosen[workload_key]

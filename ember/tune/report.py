@@ -82,21 +82,32 @@ class LiveProgress:
 
 
 def result_table(result: TuneResult) -> Table:
-    """Per kernel: default and tuned time, speedup, share of the model's kernel time."""
+    """Per kernel: default and tuned time (alone, the confirming rounds' medians), speedup,
+    share of the model's kernel time, and where the model was timed, its steps' time there
+    (decisions not faster in the model are taken back)."""
     table = Table(title=f"tuned {result.tuned} of {len(result.kernels)} kernels in "
                         f"{result.trials} trials, {result.seconds:.0f} s")
-    for column in ("kernel", "steps", "trials", "default us", "tuned us", "speedup",
-                   "share"):
+    in_model = any(k.in_model[0] is not None for k in result.kernels)
+    columns = ["kernel", "steps", "trials", "default us", "tuned us", "speedup", "share"]
+    if in_model:
+        columns += ["in model: default us", "tuned us"]
+    for column in columns:
         table.add_column(column, justify="left" if column == "kernel" else "right")
     total = result.default_estimate or 1.0
     for kernel in sorted(result.kernels, key=lambda k: -k.steps * (k.default_seconds or 0)):
         share = kernel.steps * (kernel.default_seconds or 0) / total
         speedup = kernel.speedup
-        table.add_row(kernel.label[:60], str(kernel.steps), str(kernel.trials),
-                      _us(kernel.default_seconds),
-                      _us(kernel.tuned_seconds) if kernel.config is not None else "(default)",
-                      f"{speedup:.2f}x" if speedup and kernel.config is not None else "",
-                      f"{share:.1%}")
+        cells = [kernel.label[:60], str(kernel.steps), str(kernel.trials),
+                 _us(kernel.default_seconds),
+                 _us(kernel.tuned_seconds) if kernel.config is not None else "(default)",
+                 f"{speedup:.2f}x" if speedup and kernel.config is not None else "",
+                 f"{share:.1%}"]
+        if in_model:
+            before, after = kernel.in_model
+            kept = kernel.config is not None
+            cells += [_us(before), (_us(after) if kept else f"{_us(after)} (taken back)")
+                      if after is not None else ""]
+        table.add_row(*cells)
     table.caption = (f"kernels of the model: {_us(result.default_estimate)} us by default, "
                      f"{_us(result.tuned_estimate)} us tuned "
                      f"({result.default_estimate / (result.tuned_estimate or 1):.2f}x)")

@@ -6,11 +6,14 @@ process of its own that the tuner restarts when that happens (``ember.tune.measu
 one bad candidate costs that candidate only.  The protocol is one JSON object per line:
 
     request   {"artifact": DIR, "inputs": NPZ, "outputs": NPZ, "repeat": R, "warmup": W}
-    answer    {"ok": true, "seconds": median step time, "samples": [...]}
+    answer    {"ok": true, "seconds": median time of the steps, "samples": [...],
+               "steps": [median time of each step]}
               {"ok": false, "error": "what went wrong"}
 
 The outputs of one ordinary run are written to ``outputs`` for the tuner to check against its
-oracle; then the step is timed ``repeat`` times (``CompiledModel.profile``, medians).
+oracle; then the steps are timed ``repeat`` times (``CompiledModel.profile``, medians).  A
+candidate has one step; a whole model (the tuner's check of its decisions in the model) has
+many.
 
 One library is loaded at a time.  Timing a candidate in turns with its task's default
 kernel, both loaded in this process, was tried and dropped: the two libraries' thread pools
@@ -54,10 +57,12 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     while time.perf_counter() - started < float(request.get("warmup_seconds", 0.1)):
         model.run(feeds)
-    samples = model.profile(feeds, repeat=int(request["repeat"]),
-                            warmup=int(request["warmup"])).samples.sum(axis=1)
+    steps = model.profile(feeds, repeat=int(request["repeat"]),
+                          warmup=int(request["warmup"])).samples
+    samples = steps.sum(axis=1)
     return {"ok": True, "seconds": float(np.median(samples)),
-            "samples": [float(s) for s in samples]}
+            "samples": [float(s) for s in samples],
+            "steps": [float(s) for s in np.median(steps, axis=0)]}
 
 
 def main() -> int:

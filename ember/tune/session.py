@@ -9,22 +9,16 @@ input shapes with the default schedules, and its kernels tuned (``ember.tune.tun
 from __future__ import annotations
 
 import sys
-import time
 from contextlib import nullcontext
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
-
-import numpy as np
 
 from ember.core.errors import InputError
 from ember.core.target import Target
 from ember.driver.pipeline import Build, BuildOptions, build_graph
-from ember.package.artifact import pack_artifact
-from ember.runtime.artifact import artifact_from_memory
-from ember.runtime.model import CompiledModel
 from ember.ir.graph import Graph
 from ember.ir.types import TensorType
+from ember.schedule.config import KernelConfig
 from ember.tune.database import TuningDatabase
 from ember.tune.report import LiveProgress, parse_budget
 from ember.tune.tuner import TuneResult, tune_build
@@ -36,15 +30,16 @@ def tune(model: Any, example_inputs: Any = None, *,
          input_shapes: Mapping[str, Sequence[int]] | None = None,
          budget: str | float = "10m", db: str | Path | TuningDatabase = DEFAULT_DB,
          target: str | Target = "native", opt_level: int = 2, workers: int = 0,
-         seed: int = 0, progress: bool = True, compare: bool = True,
+         seed: int = 0, progress: bool = True, verify: bool = True,
          ray: str | None = None) -> TuneResult:
     """Tune ``model``'s kernels for ``budget`` (seconds, or ``"90s"``, ``"10m"``) of wall
     time, recording every measurement in the SQLite database ``db`` (created if new; a
     second run resumes from it and measures nothing twice).  ``input_shapes`` fixes
     the shapes of dynamic inputs (required when the model has any).  ``workers`` processes
     build candidates in parallel (default: one per CPU).  Returns per kernel the default and
-    the tuned time, and (``compare``) the whole model's time built both ways, timed in
-    turns; ``ember.compile(model, tuning_db=db)`` applies the result.
+    the tuned time; with ``verify`` the decisions are checked in the whole model (built
+    both ways, timed in turns: a kernel not faster there keeps its default) and the model's
+    two times come back too.  ``ember.compile(model, tuning_db=db)`` applies the result.
 
     ``ray`` tunes on every node of a Ray cluster instead (an address, ``"auto"``, or
     ``"local"`` for an instance started for the run): each node for its own machine, all
@@ -66,46 +61,17 @@ def tune(model: Any, example_inputs: Any = None, *,
                                 opt_level=opt_level, workers=workers, seed=seed)
             here = target_key(Target.native())
             return next((n.result for n in nodes if n.target_key == here), nodes[0].result)
+        def rebuild(configs: dict[str, KernelConfig]) -> Build:
+            return build_graph(graph, shapes, BuildOptions(target=resolved, opt_level=opt_level,
+                                                           tuned_configs=configs))
+
         with LiveProgress() if progress else nullcontext() as display:
-            result = tune_build(build, database, budget_seconds=seconds, target=resolved,
-                                opt_level=opt_level, workers=workers, seed=seed,
-                                on_event=display)
-        if compare and result.tuned:
-            options = BuildOptions(target=resolved, opt_level=opt_level,
-                                   tuned_configs=database.best_configs(result.target_key))
-            default, tuned = compare_builds(build, build_graph(graph, shapes, options))
-            result = replace(result, model_default_seconds=default, model_tuned_seconds=tuned)
-        return result
+            return tune_build(build, database, budget_seconds=seconds, target=resolved,
+                              opt_level=opt_level, workers=workers, seed=seed,
+                              on_event=display, rebuild=rebuild if verify else None)
     finally:
         if own:
             database.close()
-
-
-def compare_builds(default: Build, tuned: Build, rounds: int = 7,
-                   seconds_per_round: float = 0.2) -> tuple[float, float]:
-    """Median seconds per call of the two builds, timed in turns (a shared machine's drift
-    falls on both alike), on the same random inputs."""
-    models = []
-    for build in (default, tuned):
-        packed = pack_artifact(build)
-        models.append(CompiledModel(artifact_from_memory(packed.manifest, packed.files,
-                                                         f"<{build.graph.name}>")))
-    rng = np.random.default_rng(0)
-    feeds = {spec.name: (rng.standard_normal(spec.shape).astype(spec.dtype)
-                         if np.dtype(spec.dtype).kind == "f" else
-                         np.zeros(spec.shape, dtype=spec.dtype))
-             for spec in models[0].inputs}
-    samples: list[list[float]] = [[], []]
-    for _ in range(rounds):
-        for model, times in zip(models, samples):
-            model.run(feeds)
-            calls, started = 0, time.perf_counter()
-            while time.perf_counter() - started < seconds_per_round:
-                begin = time.perf_counter()
-                model.run(feeds)
-                times.append(time.perf_counter() - begin)
-                calls += 1
-    return float(np.median(samples[0])), float(np.median(samples[1]))
 
 
 def _as_graph(model: Any, example_inputs: Any) -> Graph:

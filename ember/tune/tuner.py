@@ -22,7 +22,9 @@ Times are noisy, so before it ends, the loop *confirms*: each task's best candid
 default are measured again, interleaved, ``CONFIRM_ROUNDS`` times, and a finalist is chosen
 only where its median beats the default's by ``MIN_GAIN``; the verdict is written to the
 database as a decision (``TuningDatabase.decide``), which is what ``ember.compile(...,
-tuning_db=)`` applies.  A task an earlier run decided is taken from the database as it is (a
+tuning_db=)`` applies.  Finally (given a way to rebuild the model) the decisions are checked
+in the whole model: a kernel measured alone runs on warm data, in the model on what the
+kernels before it left, and a decision whose step is not faster there is taken back.  A task an earlier run decided is taken from the database as it is (a
 second run on the same database measures nothing).
 """
 
@@ -55,6 +57,10 @@ FINALISTS = 2
 # A finalist must beat the default's median (of the confirming rounds) by this much to be
 # chosen: smaller differences are within what this machine's noise makes of equal kernels.
 MIN_GAIN = 0.03
+# ... and its step, in the whole model built with the decided configs, must beat the default
+# build's by this much (timed in turns, VERIFY_ROUNDS rounds each), else it is taken back.
+IN_MODEL_GAIN = 0.01
+VERIFY_ROUNDS = 5
 # Each candidate is timed for about this long (its rounds: this over the default's time).
 MEASURE_SECONDS = 0.1
 MIN_REPEAT, MAX_REPEAT = 10, 400
@@ -79,6 +85,8 @@ class Task:
     # config -> median seconds over the confirming rounds (the fair comparison: interleaved
     # in time with the default's)
     confirmed: dict[str, float] = field(default_factory=dict)
+    # the task's steps in the whole model, built by default and with its decided config
+    in_model: tuple[float | None, float | None] = (None, None)
 
     @property
     def key(self) -> str:
@@ -134,6 +142,8 @@ class KernelResult:
     tuned_seconds: float | None
     config: KernelConfig | None  # None: the default stays
     errors: tuple[str, ...] = ()
+    # its steps' time in the whole model, by default and tuned (where the model was timed)
+    in_model: tuple[float | None, float | None] = (None, None)
 
     @property
     def speedup(self) -> float | None:
@@ -175,11 +185,15 @@ def tune_build(build: Build, database: TuningDatabase, *, budget_seconds: float,
                target: Target | None = None, opt_level: int = 2, workers: int = 0,
                seed: int = 0, on_event: Callable[[TuneEvent], None] | None = None,
                candidates_per_round: int = 0, measurer: Measurer | None = None,
-               use_model: bool = True) -> TuneResult:
+               use_model: bool = True,
+               rebuild: Callable[[dict[str, KernelConfig]], Build] | None = None
+               ) -> TuneResult:
     """Tune the kernels of ``build`` for ``budget_seconds`` of wall time, recording every
     measurement in ``database``; returns per kernel the default and the tuned time.
     ``measurer`` (default: a new one with ``workers`` build processes) is closed at the
-    end; ``use_model=False`` searches without the cost model."""
+    end; ``use_model=False`` searches without the cost model.  ``rebuild`` compiles the
+    model with given configs by workload key: with it, the decisions are checked in the whole
+    model at the end (see ``_verify_in_model``)."""
     target = target or build.target
     started = time.monotonic()
     rng = random.Random(seed)
@@ -245,8 +259,16 @@ def tune_build(build: Build, database: TuningDatabase, *, budget_seconds: float,
             task.confirmed = {key: float(statistics.median(times))
                               for key, times in confirmed.items() if times}
             database.decide(task.key, tkey, _verdict(task, points, confirmed).config)
+        # 4. check the decisions in the model, where a kernel's data come from the kernels
+        # before it rather than from its own last run
+        model_times = _verify_in_model(build, rebuild, measurer, tasks, database, tkey) \
+            if rebuild is not None else None
+        if model_times is not None:
+            report("verify")
     kernels = tuple(_result(task, database, tkey) for task in tasks)
     result = TuneResult(kernels, trials, time.monotonic() - started, tuple(curve), tkey,
+                        model_default_seconds=model_times[0] if model_times else None,
+                        model_tuned_seconds=model_times[1] if model_times else None,
                         model_quality=guide.quality())
     if on_event is not None:
         on_event(TuneEvent("done", result.seconds, budget_seconds, trials, tuple(tasks),
@@ -360,6 +382,49 @@ def _propose(task: Task, rng: random.Random, count: int) -> list[Point]:
     return list(chosen.values())
 
 
+def _verify_in_model(build: Build, rebuild: Callable[[dict[str, KernelConfig]], Build],
+                     measurer: Measurer, tasks: list[Task], database: TuningDatabase,
+                     tkey: str) -> tuple[float, float] | None:
+    """Build the model with the configs decided, time it against the default build (each
+    in the runner in turn, ``VERIFY_ROUNDS`` rounds), and take back every decision whose
+    kernel is not faster *in the model* by ``IN_MODEL_GAIN`` -- measured alone, a kernel runs
+    on its own last run's data, warm in the caches; in the model, on data the kernels before
+    it left, and on weights that other layers evicted.  Returns the model's time built by
+    default and as finally decided (None when nothing was decided against the default)."""
+    chosen = {task.key: config for task in tasks
+              if (config := database.decision(task.key, tkey)) is not None
+              and config.to_json() != task.default_key}
+    if not chosen:
+        return None
+    tuned = rebuild(chosen)
+    default_times, tuned_times = measurer.time_models([build, tuned], rounds=VERIFY_ROUNDS)
+    keys = [impl.workload_key for impl in build.impls]
+    if default_times.steps is None or tuned_times.steps is None or \
+            keys != [impl.workload_key for impl in tuned.impls]:
+        for task in tasks:  # cannot tell: nothing is kept that the model did not confirm
+            if task.key in chosen:
+                database.decide(task.key, tkey, task.space.default.config)
+                task.in_model = (None, None)
+        return None
+    by_task = {task.key: task for task in tasks}
+    kept = dict(chosen)
+    for key in chosen:
+        steps = [i for i, k in enumerate(keys) if k == key]
+        before = float(default_times.steps[steps].sum())
+        after = float(tuned_times.steps[steps].sum())
+        by_task[key].in_model = (before, after)
+        if after >= before * (1 - IN_MODEL_GAIN):
+            database.decide(key, tkey, by_task[key].space.default.config)
+            del kept[key]
+    if kept == chosen:
+        return default_times.seconds, tuned_times.seconds
+    if not kept:
+        return default_times.seconds, default_times.seconds
+    default_times, tuned_times = measurer.time_models([build, rebuild(kept)],
+                                                      rounds=VERIFY_ROUNDS)
+    return default_times.seconds, tuned_times.seconds
+
+
 def _verdict(task: Task, points: list[Point], confirmed: dict[str, list[float]]) -> Point:
     """The finalist with the lowest median over the confirming rounds where it beats the
     default's median of the same rounds by ``MIN_GAIN``; else the default (``points[0]``).
@@ -427,4 +492,4 @@ def _result(task: Task, database: TuningDatabase, tkey: str) -> KernelResult:
     if chosen is not None and chosen.to_json() != task.default_key:
         config, tuned = chosen, seconds(chosen.to_json())
     return KernelResult(task.key, task.problem.label, task.steps, task.trials, default,
-                        tuned, config, tuple(dict.fromkeys(task.errors))[:5])
+                        tuned, config, tuple(dict.fromkeys(task.errors))[:5], task.in_model)

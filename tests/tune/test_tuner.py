@@ -182,7 +182,7 @@ def test_the_command_tunes_records_and_reports(model_path, tmp_path, capsys) -> 
 
     db = tmp_path / "cli.db"
     status = main(["tune", str(model_path), "--budget", "8s", "--db", str(db),
-                   "--workers", "2", "--no-compare"])
+                   "--workers", "2", "--no-verify"])
     out, err = capsys.readouterr()
     assert status == 0, out + err
     assert "Traceback" not in out + err
@@ -261,3 +261,29 @@ def test_the_verdict_needs_a_clear_gain_over_the_default(default_build) -> None:
     assert verdict(1.0, 0.9, 0.8) is b                               # the fastest, clearly
     assert verdict(1.0, 0.9, [0.5] * (CONFIRM_ROUNDS - 1)) is a      # b failed a round
     assert verdict(1.0, 1.2, 1.1) is space.default                   # nothing beats it
+
+
+def test_a_decision_not_faster_in_the_model_is_taken_back(model_path, default_build,
+                                                          tmp_path) -> None:
+    """A config decided for the matrix product that is far slower (plain loops instead of
+    the GEMM template) must be taken back by the check in the whole model."""
+    from ember.tune.tuner import _tasks, _verify_in_model
+
+    graph = import_onnx(model_path)
+    target = Target.native()
+    tkey = target_key(target)
+
+    def rebuild(configs):
+        return build_graph(graph, SHAPES, BuildOptions(tuned_configs=configs))
+
+    with TuningDatabase(tmp_path / "t.db") as db, Measurer(target, workers=1) as measurer:
+        tasks = _tasks(default_build, target, 2, db, tkey)
+        gemm = next(t for t in tasks if t.default_key != "{}" and
+                    t.space.default.config.get("gemm0.template"))
+        slow = gemm.space.canonical(KernelConfig.of({"gemm0.template": False}))
+        db.decide(gemm.key, tkey, slow.config)
+        times = _verify_in_model(default_build, rebuild, measurer, tasks, db, tkey)
+        assert db.decision(gemm.key, tkey) == gemm.space.default.config
+        before, after = gemm.in_model
+        assert before is not None and after > before  # the plain loops are slower
+        assert times is not None and times[0] == times[1]  # nothing kept: default build
