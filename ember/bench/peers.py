@@ -382,5 +382,5 @@ class EmberPredictedPeer(EmberPeer):
 
 
 PEERS: dict[str, type[Peer]] = {peer.name: peer for peer in (
-    EmberPeer, EmberTunedPeer, EmberPredictedPeer, TorchEagerPeer, TorchCompilePeer, EmberTorchCompilePeer, OnnxRuntimePeer,
-    OpenVinoPeer)}
+    EmberPeer, EmberTunedPeer, EmberPredictedPeer, TorchEagerPeer, TorchCompilePeer,
+    EmberTorchCompilePeer, OnnxRuntimePeer, OpenVinoPeer)}

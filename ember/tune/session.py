@@ -61,6 +61,7 @@ def tune(model: Any, example_inputs: Any = None, *,
                                 opt_level=opt_level, workers=workers, seed=seed)
             here = target_key(Target.native())
             return next((n.result for n in nodes if n.target_key == here), nodes[0].result)
+
         def rebuild(configs: dict[str, KernelConfig]) -> Build:
             return build_graph(graph, shapes, BuildOptions(target=resolved, opt_level=opt_level,
                                                            tuned_configs=configs))

@@ -24,8 +24,9 @@ only where its median beats the default's by ``MIN_GAIN``; the verdict is writte
 database as a decision (``TuningDatabase.decide``), which is what ``ember.compile(...,
 tuning_db=)`` applies.  Finally (given a way to rebuild the model) the decisions are checked
 in the whole model: a kernel measured alone runs on warm data, in the model on what the
-kernels before it left, and a decision whose step is not faster there is taken back.  A task an earlier run decided is taken from the database as it is (a
-second run on the same database measures nothing).
+kernels before it left, and a decision whose step is not faster there is taken back.  A
+task an earlier run decided is taken from the database as it is (a second run on the same
+database measures nothing).
 """
 
 from __future__ import annotations
@@ -484,6 +485,7 @@ def _result(task: Task, database: TuningDatabase, tkey: str) -> KernelResult:
     if chosen is None:
         best = database.best(task.key, tkey)
         chosen = best.config if best is not None else None
+
     def seconds(key: str) -> float | None:  # the confirming rounds' median where there is one
         return task.confirmed.get(key, task.seconds_of(key))
 
