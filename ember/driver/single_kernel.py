@@ -154,18 +154,24 @@ def build_kernel(problem: KernelProblem, target: Target, config: "KernelConfig |
 
 
 def random_inputs(problem: KernelProblem, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs for the problem's kernel: standard normal floats, random booleans, and zeros
-    for integers (a kernel's integer inputs are often positions, and zero is always one).
+    """Inputs for the problem's kernel (see :func:`random_feeds`)."""
+    return random_feeds(problem.graph, seed)
+
+
+def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for ``graph`` (a kernel's, or a whole model's at static shapes): standard
+    normal floats, random booleans, and zeros for integers (integer inputs are often
+    positions, and zero is always one).
 
     Every array is 64-byte aligned: in its model, a kernel input that is not a model input
     lives in the workspace, and its kernel was compiled to rely on that alignment (the
     runtime passes an input array to the kernel where it lies)."""
     rng = np.random.default_rng(seed)
     feeds = {}
-    for name in problem.graph.inputs:
-        vtype = problem.graph.types[name]
+    for name in graph.inputs:
+        vtype = graph.types[name]
         if not isinstance(vtype, TensorType):
-            raise CompileError(f"kernel input '{name}' is not a tensor")
+            raise CompileError(f"input '{name}' is not a tensor")
         dtype = vtype.dtype.numpy
         shape = tuple(int(d) for d in vtype.shape)
         if np.issubdtype(dtype, np.floating) or dtype.kind == "V":

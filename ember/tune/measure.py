@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ember.core.target import Target
-from ember.driver.single_kernel import KernelProblem, random_inputs
+from ember.driver.single_kernel import KernelProblem, random_feeds, random_inputs
 from ember.schedule.config import KernelConfig
 
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ RUNNER_CANDIDATES = 200
 # times what the default schedule's own kernel differs by (float sums in another order).
 RELATIVE_TOLERANCE = 1e-4
 DEFAULT_ERROR_FACTOR = 4.0
+# ... and the default schedule's own kernel (the first measured) must be this close to the
+# reference, or the task is not tuned (a tolerance set by a wrong kernel would admit others).
+DEFAULT_SANITY = 1e-2
 
 
 @dataclass
@@ -93,23 +96,6 @@ class ModelTimes:
     def steps(self) -> np.ndarray | None:
         return np.median(np.array(self.step_rounds), axis=0) \
             if self.step_rounds and not self.error else None
-
-
-def _model_inputs(build: "Build", seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs of a whole model (as ``random_inputs`` makes them for a kernel)."""
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for name in build.graph.inputs:
-        vtype = build.graph.types[name]
-        shape = tuple(int(d) for d in vtype.shape)
-        dtype = vtype.dtype.numpy
-        if np.issubdtype(dtype, np.floating):
-            feeds[name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[name] = rng.random(shape) < 0.5
-        else:
-            feeds[name] = np.zeros(shape, dtype=dtype)
-    return feeds
 
 
 class _LineWorker:
@@ -293,7 +279,7 @@ class Measurer:
         folder.mkdir()
         dirs = [save_artifact(build, folder / f"m{i}") for i, build in enumerate(builds)]
         inputs_file = folder / "inputs.npz"
-        np.savez(inputs_file, **_model_inputs(builds[0]))
+        np.savez(inputs_file, **random_feeds(builds[0].graph))
         times = [ModelTimes() for _ in builds]
         first_outputs: dict[str, np.ndarray] | None = None
         repeat = 10
@@ -348,6 +334,9 @@ class Measurer:
             allowed = max(RELATIVE_TOLERANCE * max(scale, 1.0),
                           task.tolerance.get(name, 0.0))
             if first:
+                if error > DEFAULT_SANITY * max(scale, 1.0):
+                    return (f"output '{name}' of the default schedule is off by {error:.3g}: "
+                            f"the kernel disagrees with the reference, nothing to tune")
                 task.tolerance[name] = DEFAULT_ERROR_FACTOR * error
             elif error > allowed:
                 return f"output '{name}' off by {error:.3g} (allowed {allowed:.3g})"

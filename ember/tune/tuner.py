@@ -390,8 +390,10 @@ def _verify_in_model(build: Build, rebuild: Callable[[dict[str, KernelConfig]], 
     in the runner in turn, ``VERIFY_ROUNDS`` rounds), and take back every decision whose
     kernel is not faster *in the model* by ``IN_MODEL_GAIN`` -- measured alone, a kernel runs
     on its own last run's data, warm in the caches; in the model, on data the kernels before
-    it left, and on weights that other layers evicted.  Returns the model's time built by
-    default and as finally decided (None when nothing was decided against the default)."""
+    it left, and on weights that other layers evicted.  If the model with the decisions
+    kept is not faster as a whole than the default build, none is kept.  Returns the model's
+    time (its steps' sum) built by default and as finally decided (None when nothing was
+    decided against the default)."""
     chosen = {task.key: config for task in tasks
               if (config := database.decision(task.key, tkey)) is not None
               and config.to_json() != task.default_key}
@@ -417,13 +419,22 @@ def _verify_in_model(build: Build, rebuild: Callable[[dict[str, KernelConfig]], 
         if after >= before * (1 - IN_MODEL_GAIN):
             database.decide(key, tkey, by_task[key].space.default.config)
             del kept[key]
-    if kept == chosen:
-        return default_times.seconds, tuned_times.seconds
     if not kept:
         return default_times.seconds, default_times.seconds
-    default_times, tuned_times = measurer.time_models([build, rebuild(kept)],
-                                                      rounds=VERIFY_ROUNDS)
-    return default_times.seconds, tuned_times.seconds
+    if kept != chosen:
+        default_times, tuned_times = measurer.time_models([build, rebuild(kept)],
+                                                          rounds=VERIFY_ROUNDS)
+    # the sum of every step's median: steps whose code did not change are in both sums, so
+    # an effect of a tuned kernel on its neighbours (what it leaves in the caches) counts
+    before = float(default_times.steps.sum()) if default_times.steps is not None else None
+    after = float(tuned_times.steps.sum()) if tuned_times.steps is not None else None
+    if before is None or after is None or after >= before:
+        # the model as a whole is not faster (its kernels' gains lost in its noise, or in
+        # what they do to each other's caches): nothing is kept
+        for key in kept:
+            database.decide(key, tkey, by_task[key].space.default.config)
+        return before, before
+    return before, after
 
 
 def _verdict(task: Task, points: list[Point], confirmed: dict[str, list[float]]) -> Point:
