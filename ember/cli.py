@@ -853,6 +853,11 @@ def _tune(args: argparse.Namespace, console: Console) -> int:
                       f"{result.model_default_seconds * 1e3:.3f} ms by default, "
                       f"{result.model_tuned_seconds * 1e3:.3f} ms tuned "
                       f"({result.model_default_seconds / result.model_tuned_seconds:.2f}x)")
+    quality = dict(result.model_quality)
+    if quality:
+        console.print(f"cost model, on each round's candidates before it learned from them: "
+                      f"pairwise accuracy {quality['pairwise_accuracy']:.2f}, top-5 recall "
+                      f"{quality['top5_recall']:.2f} ({int(quality['pairs'])} pairs)")
     console.print(f"records in {args.db}; apply them with "
                   f"ember.compile(model, tuning_db='{args.db}')")
     if args.plot is not None:

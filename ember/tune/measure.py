@@ -284,7 +284,10 @@ class Measurer:
         first_outputs: dict[str, np.ndarray] | None = None
         repeat = 10
         for round_ in range(rounds):
-            for directory, entry in zip(dirs, times):
+            # the order rotates every round: the first of a round (after the others ran)
+            # must not always be the same model
+            order = [(round_ + i) % len(dirs) for i in range(len(dirs))]
+            for directory, entry in ((dirs[i], times[i]) for i in order):
                 outputs_file = folder / "out.npz"
                 answer = self._ask_runner(
                     {"artifact": str(directory), "inputs": str(inputs_file),
@@ -302,7 +305,7 @@ class Measurer:
                     entry.error = "its outputs differ from the default build's"
                 entry.rounds.append(float(answer["seconds"]))
                 entry.step_rounds.append(list(answer["steps"]))
-                if round_ == 0 and entry is times[0]:  # ~seconds_per_round of calls
+                if round_ == 0 and entry is times[order[0]]:  # ~seconds_per_round of calls
                     repeat = max(3, min(200, int(seconds_per_round / max(
                         float(answer["seconds"]), 1e-6))))
         shutil.rmtree(folder, ignore_errors=True)
