@@ -8,10 +8,10 @@ over the default -- a model's ranking is a guess, and the default is the heurist
 choice, so a small predicted gain is not worth the risk.  The threshold was set by the models
 themselves (the builds timed in turns in the tuner's runner, Zen 4): at 1.10 the shipped
 model changed 20 of MobileNetV2's kernels and the model ran 5 % slower; at 1.5 it changes
-1-3 kernels of each zoo model and the models run within 2 % of the default either way.  A kernel that two steps share is
-predicted once.  The proposals are walks with a fixed seed: the same model compiles the same
-way every time.  Kernels of a build traced over run-time sizes keep the default (their
-sizes must not be compared at compile time).
+1-3 kernels of each zoo model and the models run within 2 % of the default either way.
+A kernel that two steps share is predicted once.  The proposals are walks with a fixed
+seed: the same model compiles the same way every time.  Kernels of a build traced over
+run-time sizes keep the default (their sizes must not be compared at compile time).
 """
 
 from __future__ import annotations
