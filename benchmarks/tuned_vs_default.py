@@ -27,21 +27,12 @@ from ember.frontend.onnx import import_onnx  # noqa: E402
 from ember.tune.database import TuningDatabase, target_key  # noqa: E402
 from ember.tune.measure import Measurer  # noqa: E402
 from ember.tune.predict import PredictedSchedules  # noqa: E402
-
-
-def _spec(text: str) -> tuple[Path, dict[str, tuple[int, ...]]]:
-    """``path[:name=d,d,...[;name=...]]``."""
-    path, _, shapes = text.partition(":")
-    given = {}
-    for part in filter(None, shapes.split(";")):
-        name, _, dims = part.partition("=")
-        given[name] = tuple(int(d) for d in dims.split(","))
-    return Path(path), given
+from ember.tune.report import parse_model_spec  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("models", nargs="+", type=_spec, metavar="PATH[:NAME=D,D,...]")
+    parser.add_argument("models", nargs="+", type=parse_model_spec, metavar="PATH[:NAME=D,D,...]")
     parser.add_argument("--db", type=Path, help="a tuning database (ember tune's)")
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()

@@ -154,6 +154,15 @@ def _load(path: Path, memory_limit: int | None = None) -> Graph:
     return import_onnx(path, memory_limit=memory_limit)
 
 
+def _add_size_options(parser: argparse.ArgumentParser) -> None:
+    """--batch, --shape and --dim: the sizes to compile a model for (``_profile_shapes``)."""
+    parser.add_argument("--batch", type=_positive_int, metavar="N",
+                        help="size of the symbolic leading (batch) dimension of the inputs")
+    parser.add_argument("--shape", action="append", default=[], type=_name_equals(_shape),
+                        metavar="NAME=D1,D2,...", help="the full shape of input NAME")
+    _add_dim_option(parser, "size of a symbolic dimension (unbound ones default to 1)")
+
+
 def _add_memory_limit_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-limit", type=_memory_size, default=None, metavar="SIZE",
                         help="the most memory compiling may use, e.g. 8GiB (default: "
@@ -768,11 +777,7 @@ def _add_profile(commands: argparse._SubParsersAction) -> None:
                     "also each kernel's share of this machine's FMA peak and memory bandwidth, "
                     "measured in the same run.")
     _add_model_argument(parser)
-    parser.add_argument("--batch", type=_positive_int, metavar="N",
-                        help="size of the symbolic leading (batch) dimension of the inputs")
-    parser.add_argument("--shape", action="append", default=[], type=_name_equals(_shape),
-                        metavar="NAME=D1,D2,...", help="the full shape of input NAME")
-    _add_dim_option(parser, "size of a symbolic dimension (unbound ones default to 1)")
+    _add_size_options(parser)
     parser.add_argument("--repeat", type=_positive_int, default=20, metavar="N",
                         help="timed runs; the table shows medians (default: %(default)s)")
     parser.add_argument("--warmup", type=_non_negative_int, default=3, metavar="N",
@@ -811,11 +816,7 @@ def _add_tune(commands: argparse._SubParsersAction) -> None:
                         help="the tuning database, created if new (default: %(default)s)")
     parser.add_argument("--workers", type=_non_negative_int, default=0, metavar="N",
                         help="processes building candidates (default: one per CPU)")
-    parser.add_argument("--batch", type=_positive_int, metavar="N",
-                        help="size of the symbolic leading (batch) dimension of the inputs")
-    parser.add_argument("--shape", action="append", default=[], type=_name_equals(_shape),
-                        metavar="NAME=D1,D2,...", help="the full shape of input NAME")
-    _add_dim_option(parser, "size of a symbolic dimension (unbound ones default to 1)")
+    _add_size_options(parser)
     parser.add_argument("--target", default="native",
                         help="native (default), x86_64-avx2, ... (measured on this machine)")
     parser.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))

@@ -37,19 +37,9 @@ from ember.frontend.onnx import import_onnx  # noqa: E402
 from ember.schedule.config import KernelConfig  # noqa: E402
 from ember.tune.cost_model import PRETRAINED_FILE, CostModel, ranking_quality  # noqa: E402
 from ember.tune.database import TuningDatabase, target_key  # noqa: E402
-from ember.tune.report import parse_budget  # noqa: E402
+from ember.tune.report import parse_budget, parse_model_spec  # noqa: E402
 from ember.tune.space import ConfigSpace  # noqa: E402
 from ember.tune.tuner import tune_build  # noqa: E402
-
-
-def _model_spec(text: str) -> tuple[Path, dict[str, tuple[int, ...]]]:
-    """``path[:name=d,d,...[;name=...]]``."""
-    path, _, shapes = text.partition(":")
-    given = {}
-    for part in filter(None, shapes.split(";")):
-        name, _, dims = part.partition("=")
-        given[name] = tuple(int(d) for d in dims.split(","))
-    return Path(path), given
 
 
 def _build(path: Path, shapes: dict[str, tuple[int, ...]], target: Target):
@@ -92,7 +82,7 @@ def _samples(build, database: TuningDatabase, target: Target):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", action="append", type=_model_spec, required=True,
+    parser.add_argument("--model", action="append", type=parse_model_spec, required=True,
                         metavar="PATH[:NAME=D,D,...]")
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--collect", action="store_true",

@@ -32,6 +32,20 @@ def parse_budget(text: str | float | int) -> float:
     return seconds
 
 
+def parse_model_spec(text: str) -> tuple[Path, dict[str, tuple[int, ...]]]:
+    """A model and input shapes as the tuning scripts take them:
+    ``path[:name=d,d,...[;name=d,...]]`` (inputs not named keep their declared shape)."""
+    path, _, shapes = text.partition(":")
+    given = {}
+    for part in filter(None, shapes.split(";")):
+        name, _, dims = part.partition("=")
+        try:
+            given[name] = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            raise EmberError(f"{text!r}: give shapes as NAME=D,D,... (integers)") from None
+    return Path(path), given
+
+
 def _us(seconds: float | None) -> str:
     return f"{seconds * 1e6:,.1f}" if seconds else "-"
 
