@@ -7,7 +7,9 @@ gain most: the next round goes to the task with the largest ``steps x best time`
 every round in a row that brought it no gain, and a task that went ``STALE_ROUNDS`` rounds
 without a gain, or whose space is exhausted, is done.
 
-A round proposes candidates by evolution over the task's measured configs -- mutations of
+A round measures the task's default again beside its candidates (a control: candidates are
+compared by their time scaled by the default's in the same round, see ``_measure``).  It
+proposes candidates by evolution over the task's measured configs -- mutations of
 the best few (one or two knobs changed), crossovers of two of them, and random walks from
 the default -- skipping every config measured before, in this run or any earlier one the
 database holds (a second run on the same database measures nothing again).  With the cost
@@ -235,7 +237,9 @@ def tune_build(build: Build, database: TuningDatabase, *, budget_seconds: float,
                 task.done = True
                 continue
             before = task.best_seconds
-            trials += len(_measure(measurer, database, tkey, [(task, p) for p in candidates]))
+            trials += len(_measure(measurer, database, tkey,
+                                   [(task, task.space.default)] +
+                                   [(task, p) for p in candidates], control=True))
             guide.learn(task, candidates, tasks)
             after = task.best_seconds
             gained = before is not None and after is not None and after < before * (1 - 0.01)
@@ -454,22 +458,33 @@ def _verdict(task: Task, points: list[Point], confirmed: dict[str, list[float]])
 
 
 def _measure(measurer: Measurer, database: TuningDatabase | None, tkey: str,
-             items: list[tuple[Task, Point]]) -> list[float | None]:
+             items: list[tuple[Task, Point]], control: bool = False) -> list[float | None]:
     """Measure ``items``, record them (in ``database`` unless None) and in their tasks;
-    returns each one's seconds (None: it failed)."""
+    returns each one's seconds (None: it failed).
+
+    With ``control`` the first item is the task's default, measured in the same round as
+    the candidates after it: the task keeps each candidate's time scaled by how much slower
+    or faster the default ran this round than its median so far -- a round takes about a
+    second, this machine's slow episodes last seconds, and a candidate timed in one would
+    otherwise look slow (or its rivals fast).  The database keeps the times as measured."""
     if not items:
         return []
+    reference = items[0][0].default_seconds if control else None
     repeats = {task.key: task.repeat() for task, _ in items}
     # (the default is built as a model's build makes it: with no config at all)
     results: list[Measurement] = measurer.measure(
         [(task.key, None if point.key == task.default_key else point.config)
          for task, point in items], repeats)
+    scale = 1.0
+    if reference and results[0].valid and results[0].seconds:
+        scale = reference / results[0].seconds
     records = []
-    for (task, point), result in zip(items, results):
+    for position, ((task, point), result) in enumerate(zip(items, results)):
         task.trials += 1
         task.points.setdefault(point.key, point)
         if result.valid and result.seconds is not None:
-            task.measured.setdefault(point.key, []).append(result.seconds)
+            seconds = result.seconds * (scale if position > 0 else 1.0)
+            task.measured.setdefault(point.key, []).append(seconds)
         else:
             task.refused.add(point.key)
             task.measured.setdefault(point.key, [])

@@ -287,3 +287,31 @@ def test_a_decision_not_faster_in_the_model_is_taken_back(model_path, default_bu
         before, after = gemm.in_model
         assert before is not None and after > before  # the plain loops are slower
         assert times is not None and times[0] == times[1]  # nothing kept: default build
+
+
+def test_a_round_scales_its_candidates_by_the_control(default_build) -> None:
+    """A round whose control (the default, measured first) ran 2x slower than its median so
+    far -- a slow episode of the machine -- keeps its candidates' times halved; the database
+    gets the times as measured."""
+    from ember.tune.measure import Measurement
+    from ember.tune.tuner import Task, _measure
+
+    problem = kernel_problems(default_build)[0]
+    space = ConfigSpace(problem, Target.native())
+    task = Task(problem, space, steps=1)
+    task.measured[space.default.key] = [1.0e-3]
+    rng = __import__("random").Random(0)
+    other = next(p for p in (space.random_point(rng) for _ in range(20))
+                 if p and p.key != space.default.key)
+
+    class Slow:  # a measurer in a slow episode: everything takes twice its usual time
+        def measure(self, items, repeats):
+            times = {None: 2.0e-3}
+            return [Measurement(config or KernelConfig(), times.get(config, 1.6e-3), True)
+                    for _, config in items]
+
+    with TuningDatabase(":memory:") as db:
+        _measure(Slow(), db, "t", [(task, space.default), (task, other)], control=True)
+        assert task.measured[other.key] == [pytest.approx(0.8e-3)]
+        assert task.measured[space.default.key] == [1.0e-3, 2.0e-3]
+        assert sorted(r.seconds for r in db.records()) == [1.6e-3, 2.0e-3]
