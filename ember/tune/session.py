@@ -42,14 +42,14 @@ def tune(model: Any, example_inputs: Any = None, *,
     two times come back too.  ``ember.compile(model, tuning_db=db)`` applies the result.
 
     ``ray`` tunes on every node of a Ray cluster instead (an address, ``"auto"``, or
-    ``"local"`` for an instance started for the run): each node for its own machine, all
+    ``"local"`` for an instance started for the run): each node for its own machine (its
+    native target; ``target`` is not used), all
     records in ``db`` (``ember.tune.distributed``); the result returned is this machine's
     node's where it is one of them, else the first node's."""
     seconds = parse_budget(budget)
     graph = _as_graph(model, example_inputs)
     shapes = _static_shapes(graph, input_shapes)
     resolved = target if isinstance(target, Target) else Target.parse(target)
-    build = build_graph(graph, shapes, BuildOptions(target=resolved, opt_level=opt_level))
     own = not isinstance(db, TuningDatabase)
     database = TuningDatabase(db) if own else db
     try:
@@ -61,6 +61,8 @@ def tune(model: Any, example_inputs: Any = None, *,
                                 opt_level=opt_level, workers=workers, seed=seed)
             here = target_key(Target.native())
             return next((n.result for n in nodes if n.target_key == here), nodes[0].result)
+
+        build = build_graph(graph, shapes, BuildOptions(target=resolved, opt_level=opt_level))
 
         def rebuild(configs: dict[str, KernelConfig]) -> Build:
             return build_graph(graph, shapes, BuildOptions(target=resolved, opt_level=opt_level,

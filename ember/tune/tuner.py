@@ -9,16 +9,15 @@ without a gain, or whose space is exhausted, is done.
 
 A round measures the task's default again beside its candidates (a control: candidates are
 compared by their time scaled by the default's in the same round, see ``_measure``).  It
-proposes candidates by evolution over the task's measured configs -- mutations of
-the best few (one or two knobs changed), crossovers of two of them, and random walks from
-the default -- skipping every config measured before, in this run or any earlier one the
-database holds (a second run on the same database measures nothing again).  With the cost
-model (``ember.tune.cost_model``, when LightGBM is installed) a round proposes
-``OVERSAMPLE`` times as many as it measures and measures those the model ranks highest, plus
-a share ``EXPLORE`` picked at random (epsilon-greedy); the model starts from the pretrained
-one and is retrained on every round's measurements, and its ranking of each round's
-candidates before it saw them is kept as its ranking quality.  Every measurement lands in
-the database.
+proposes candidates by evolution over the task's measured configs -- mutations of the best
+few (one or two knobs changed), crossovers of two of them, and random walks from the
+default -- skipping every config measured before, in this run or any earlier one the
+database holds.  With the cost model (``ember.tune.cost_model``, when LightGBM is
+installed) a round proposes ``OVERSAMPLE`` times as many as it measures and measures those
+the model ranks highest, plus a share ``EXPLORE`` picked at random (epsilon-greedy); the
+model starts from the pretrained one and is retrained on every round's measurements, and
+its ranking of each round's candidates before it saw them is kept as its ranking quality.
+Every measurement lands in the database.
 
 Times are noisy, so before it ends, the loop *confirms*: each task's best candidates and its
 default are measured again, interleaved, ``CONFIRM_ROUNDS`` times, and a finalist is chosen
@@ -27,8 +26,8 @@ database as a decision (``TuningDatabase.decide``), which is what ``ember.compil
 tuning_db=)`` applies.  Finally (given a way to rebuild the model) the decisions are checked
 in the whole model: a kernel measured alone runs on warm data, in the model on what the
 kernels before it left, and a decision whose step is not faster there is taken back.  A
-task an earlier run decided is taken from the database as it is (a second run on the same
-database measures nothing).
+task an earlier run decided is taken from the database as it is: a second run on the same
+database measures no candidate again, and only checks the decisions in the model again.
 """
 
 from __future__ import annotations
