@@ -48,7 +48,7 @@ from ember.schedule.config import KernelConfig
 from ember.tune import cost_model
 from ember.tune.cost_model import CostModel, ranking_quality
 from ember.tune.database import Record, TuningDatabase, target_key
-from ember.tune.measure import Measurement, Measurer
+from ember.tune.measure import Measurement, Measurer, ModelTimes
 from ember.tune.space import ConfigSpace, Point
 
 STALE_ROUNDS = 3
@@ -62,7 +62,7 @@ MIN_GAIN = 0.03
 # ... and its step, in the whole model built with the decided configs, must beat the default
 # build's by this much (timed in turns, VERIFY_ROUNDS rounds each), else it is taken back.
 IN_MODEL_GAIN = 0.01
-VERIFY_ROUNDS = 5
+VERIFY_ROUNDS = 7
 # Each candidate is timed for about this long (its rounds: this over the default's time).
 MEASURE_SECONDS = 0.1
 MIN_REPEAT, MAX_REPEAT = 10, 400
@@ -391,12 +391,13 @@ def _verify_in_model(build: Build, rebuild: Callable[[dict[str, KernelConfig]], 
                      tkey: str) -> tuple[float, float] | None:
     """Build the model with the configs decided, time it against the default build (each
     in the runner in turn, ``VERIFY_ROUNDS`` rounds), and take back every decision whose
-    kernel is not faster *in the model* by ``IN_MODEL_GAIN`` -- measured alone, a kernel runs
+    kernel is not faster *in the model* by ``IN_MODEL_GAIN`` (the median over rounds of its
+    steps' tuned/default ratio, ``_paired_ratio``) -- measured alone, a kernel runs
     on its own last run's data, warm in the caches; in the model, on data the kernels before
     it left, and on weights that other layers evicted.  If the model with the decisions
     kept is not faster as a whole than the default build, none is kept.  Returns the model's
-    time (its steps' sum) built by default and as finally decided (None when nothing was
-    decided against the default)."""
+    time (its steps' sum) built by default and as finally decided -- the default's median
+    times the paired ratio -- (None when nothing was decided against the default)."""
     chosen = {task.key: config for task in tasks
               if (config := database.decision(task.key, tkey)) is not None
               and config.to_json() != task.default_key}
@@ -419,7 +420,7 @@ def _verify_in_model(build: Build, rebuild: Callable[[dict[str, KernelConfig]], 
         before = float(default_times.steps[steps].sum())
         after = float(tuned_times.steps[steps].sum())
         by_task[key].in_model = (before, after)
-        if after >= before * (1 - IN_MODEL_GAIN):
+        if _paired_ratio(default_times, tuned_times, steps) >= 1 - IN_MODEL_GAIN:
             database.decide(key, tkey, by_task[key].space.default.config)
             del kept[key]
     if not kept:
@@ -427,17 +428,30 @@ def _verify_in_model(build: Build, rebuild: Callable[[dict[str, KernelConfig]], 
     if kept != chosen:
         default_times, tuned_times = measurer.time_models([build, rebuild(kept)],
                                                           rounds=VERIFY_ROUNDS)
-    # the sum of every step's median: steps whose code did not change are in both sums, so
-    # an effect of a tuned kernel on its neighbours (what it leaves in the caches) counts
-    before = float(default_times.steps.sum()) if default_times.steps is not None else None
-    after = float(tuned_times.steps.sum()) if tuned_times.steps is not None else None
-    if before is None or after is None or after >= before:
+    # every step counts: steps whose code did not change are in both, so an effect of a
+    # tuned kernel on its neighbours (what it leaves in the caches) is seen
+    ratio = _paired_ratio(default_times, tuned_times, list(range(len(keys))))
+    if default_times.seconds is None or ratio >= 1:
         # the model as a whole is not faster (its kernels' gains lost in its noise, or in
         # what they do to each other's caches): nothing is kept
         for key in kept:
             database.decide(key, tkey, by_task[key].space.default.config)
-        return before, before
-    return before, after
+        return default_times.seconds, default_times.seconds
+    return default_times.seconds, default_times.seconds * ratio
+
+
+def _paired_ratio(default: ModelTimes, tuned: ModelTimes, steps: list[int]) -> float:
+    """The median over rounds of (tuned / default) time of ``steps``: the two builds run
+    back to back in every round, so a slow episode of the host that covers a round covers
+    both (a MobileNetV2 build 0.98x by this measure had measured 1.68x by the medians of
+    the two series, its default's rounds caught in an episode)."""
+    rounds = min(len(default.step_rounds), len(tuned.step_rounds))
+    if not rounds:
+        return float("inf")
+    ratios = [sum(tuned.step_rounds[r][i] for i in steps) /
+              max(sum(default.step_rounds[r][i] for i in steps), 1e-12)
+              for r in range(rounds)]
+    return float(statistics.median(ratios))
 
 
 def _verdict(task: Task, points: list[Point], confirmed: dict[str, list[float]]) -> Point:

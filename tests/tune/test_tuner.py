@@ -315,3 +315,17 @@ def test_a_round_scales_its_candidates_by_the_control(default_build) -> None:
         assert task.measured[other.key] == [pytest.approx(0.8e-3)]
         assert task.measured[space.default.key] == [1.0e-3, 2.0e-3]
         assert sorted(r.seconds for r in db.records()) == [1.6e-3, 2.0e-3]
+
+
+def test_builds_are_compared_round_by_round() -> None:
+    """Four of seven rounds fell in a slow episode (2x) for both builds, run back to back in
+    each round: round by round the tuned build is 5 % slower, whatever the episode."""
+    from ember.tune.measure import ModelTimes
+    from ember.tune.tuner import _paired_ratio
+
+    slow = [2.0, 1.0, 2.0, 2.0, 1.0, 2.0, 1.0]
+    default = ModelTimes(step_rounds=[[s * 1e-3, s * 2e-3] for s in slow])
+    tuned = ModelTimes(step_rounds=[[s * 1.05e-3, s * 2.1e-3] for s in slow])
+    assert _paired_ratio(default, tuned, [0, 1]) == pytest.approx(1.05)
+    assert _paired_ratio(default, tuned, [1]) == pytest.approx(1.05)
+    assert _paired_ratio(default, ModelTimes(), [0]) == float("inf")  # nothing measured
