@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ember.driver.pipeline import Build, BuildOptions, build_graph
+from ember.frontend import import_model, is_torch_module
 from ember.core.traced import SizeTrace
 from ember.dynamic_dims import (MAX_REFUSED_TRACES, RUNTIME_DIMS_ENV, GuardFailed, NotTraceable,
                                 TracedVariant, build_traced, runtime_dims_enabled, runtime_for,
@@ -58,34 +59,6 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger("ember")
 DYNAMIC_BATCH_ENV = "EMBER_DYNAMIC_BATCH"
-
-
-def _as_graph(model: Any, memory_limit: int | None = None, example_inputs: Any = None,
-              dynamic_shapes: Any = None, base_dir: str | Path | None = None) -> Graph:
-    if isinstance(model, Graph):
-        return model
-    if _is_torch_module(model):
-        if example_inputs is None:
-            raise InputError("compiling a torch.nn.Module needs example inputs: "
-                             "ember.compile(module, (x,)), which torch.export traces it with")
-        from ember.frontend.torch import import_module
-
-        return import_module(model, example_inputs, dynamic_shapes=dynamic_shapes)
-    if example_inputs is not None or dynamic_shapes is not None:
-        raise InputError("example_inputs and dynamic_shapes are for torch.nn.Module models; "
-                         "an ONNX model's dynamic dims are fixed by input_shapes= or the "
-                         "first call")
-    from ember.frontend.onnx import import_onnx
-
-    return import_onnx(model, memory_limit=memory_limit, base_dir=base_dir)
-
-
-def _is_torch_module(model: Any) -> bool:
-    """Whether ``model`` is a torch.nn.Module, without importing torch for other models."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(model, torch.nn.Module)
 
 
 class Module:
@@ -983,7 +956,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     threads = check_thread_count(threads)
     if memory_limit is not None:
         memory_limit = parse_size(memory_limit)  # a typo fails now, not at the first call
-    graph = _as_graph(model, memory_limit, example_inputs, dynamic_shapes, base_dir)
+    graph = import_model(model, memory_limit, example_inputs, dynamic_shapes, base_dir)
     resolved = target if isinstance(target, Target) else Target.parse(target)
     options = BuildOptions(target=resolved, opt_level=opt_level, sanitize=sanitize,
                            memory_limit=memory_limit,
@@ -991,7 +964,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
                            tuned_configs=tuned_configs_from(tuning_db, resolved),
                            config_chooser=config_chooser_for(schedule, resolved, opt_level))
     if allow_fallbacks is None:
-        allow_fallbacks = not _is_torch_module(model)
+        allow_fallbacks = not is_torch_module(model)
     module = Module(graph, options, input_shapes, dynamic_batch=dynamic_batch,
                     allow_fallbacks=allow_fallbacks)
     if threads is not None:

@@ -30,6 +30,7 @@ from ember.ir.graph import FusedGroup, Graph
 from ember.ir.loop.stmt import PrimFunc
 from ember.ir.types import TensorType
 from ember.passes.context import PassContext
+from ember.runtime.model import aligned_empty
 
 if TYPE_CHECKING:
     from ember.driver.pipeline import Build
@@ -53,7 +54,6 @@ class KernelProblem:
     context_attrs: tuple = ()
     index_checks: list = field(default_factory=list)
     label: str = ""  # "Conv+Relu (stem.conv, stem.relu)"
-    default_config: "KernelConfig | None" = None
     flops: float = 0.0
 
     @property
@@ -85,7 +85,6 @@ def kernel_problems(build: "Build", opt_level: int = 2) -> list[KernelProblem]:
             context_attrs=tuple((k, v) for k, v in impl.func.attrs if k in _CONTEXT_ATTRS),
             index_checks=list(impl.index_checks),
             label=f"{'+'.join(n.op for n in impl.nodes)} ({names})",
-            default_config=impl.config,
             flops=kernel_flops(g, impl),
         ))
     return problems
@@ -183,9 +182,7 @@ def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return {name: _aligned_copy(array) for name, array in feeds.items()}
 
 
-def _aligned_copy(array: np.ndarray, alignment: int = 64) -> np.ndarray:
-    raw = np.empty(array.nbytes + alignment, dtype=np.uint8)
-    start = -raw.ctypes.data % alignment
-    copy = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+def _aligned_copy(array: np.ndarray) -> np.ndarray:
+    copy = aligned_empty(array.nbytes, zeroed=False).view(array.dtype).reshape(array.shape)
     copy[...] = array
     return copy

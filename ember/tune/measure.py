@@ -63,8 +63,6 @@ class Measurement:
     seconds: float | None = None
     valid: bool = False
     error: str = ""
-    samples: tuple[float, ...] = ()
-    max_error: float = 0.0
 
 
 @dataclass
@@ -257,13 +255,12 @@ class Measurer:
                 outputs = {name: data[name] for name in data.files}
         finally:
             outputs_file.unlink(missing_ok=True)
-        mismatch = self._check(task, outputs, result)
+        mismatch = self._check(task, outputs)
         if mismatch:
             result.error = f"wrong output: {mismatch}"
             return
         result.valid = True
         result.seconds = float(answer["seconds"])
-        result.samples = tuple(answer.get("samples", ()))
         if task.default_seconds is None:
             task.default_seconds = result.seconds
 
@@ -311,8 +308,7 @@ class Measurer:
         shutil.rmtree(folder, ignore_errors=True)
         return times
 
-    def _check(self, task: TaskData, outputs: dict[str, np.ndarray],
-               result: Measurement) -> str:
+    def _check(self, task: TaskData, outputs: dict[str, np.ndarray]) -> str:
         """Why ``outputs`` do not match the oracle's ("" when they do)."""
         first = not task.tolerance
         for name, expected in task.reference.items():
@@ -332,7 +328,6 @@ class Measurer:
             if not np.array_equal(got64[~finite & ~nan], expected64[~finite & ~nan]):
                 return f"output '{name}' has other infinities"
             error = float(np.max(np.abs(got64[finite] - expected64[finite]), initial=0.0))
-            result.max_error = max(result.max_error, error)
             scale = float(np.max(np.abs(expected64[finite]), initial=0.0))
             allowed = max(RELATIVE_TOLERANCE * max(scale, 1.0),
                           task.tolerance.get(name, 0.0))

@@ -6,7 +6,7 @@ process of its own that the tuner restarts when that happens (``ember.tune.measu
 one bad candidate costs that candidate only.  The protocol is one JSON object per line:
 
     request   {"artifact": DIR, "inputs": NPZ, "outputs": NPZ, "repeat": R, "warmup": W}
-    answer    {"ok": true, "seconds": median time of the steps, "samples": [...],
+    answer    {"ok": true, "seconds": median time of the steps,
                "steps": [median time of each step]}
               {"ok": false, "error": "what went wrong"}
 
@@ -34,14 +34,13 @@ from typing import Any
 import numpy as np
 
 from ember.runtime.loader import load
+from ember.runtime.model import aligned_empty
 
 
-def _aligned(array: np.ndarray, alignment: int = 64) -> np.ndarray:
-    """A copy of ``array`` starting on an ``alignment`` boundary: the kernel of a value that
-    lives in its model's workspace relies on the workspace's alignment."""
-    raw = np.empty(array.nbytes + alignment, dtype=np.uint8)
-    start = -raw.ctypes.data % alignment
-    copy = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+def _aligned(array: np.ndarray) -> np.ndarray:
+    """A copy of ``array`` on a 64-byte boundary: the kernel of a value that lives in its
+    model's workspace relies on the workspace's alignment."""
+    copy = aligned_empty(array.nbytes, zeroed=False).view(array.dtype).reshape(array.shape)
     copy[...] = array
     return copy
 
@@ -59,9 +58,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         model.run(feeds)
     steps = model.profile(feeds, repeat=int(request["repeat"]),
                           warmup=int(request["warmup"])).samples
-    samples = steps.sum(axis=1)
-    return {"ok": True, "seconds": float(np.median(samples)),
-            "samples": [float(s) for s in samples],
+    return {"ok": True, "seconds": float(np.median(steps.sum(axis=1))),
             "steps": [float(s) for s in np.median(steps, axis=0)]}
 
 

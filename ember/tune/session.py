@@ -8,7 +8,6 @@ input shapes with the default schedules, and its kernels tuned (``ember.tune.tun
 
 from __future__ import annotations
 
-import sys
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -16,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from ember.core.errors import InputError
 from ember.core.target import Target
 from ember.driver.pipeline import Build, BuildOptions, build_graph
+from ember.frontend import import_model
 from ember.ir.graph import Graph
 from ember.ir.types import TensorType
 from ember.schedule.config import KernelConfig
@@ -47,7 +47,7 @@ def tune(model: Any, example_inputs: Any = None, *,
     records in ``db`` (``ember.tune.distributed``); the result returned is this machine's
     node's where it is one of them, else the first node's."""
     seconds = parse_budget(budget)
-    graph = _as_graph(model, example_inputs)
+    graph = import_model(model, example_inputs=example_inputs)
     shapes = _static_shapes(graph, input_shapes)
     resolved = target if isinstance(target, Target) else Target.parse(target)
     own = not isinstance(db, TuningDatabase)
@@ -75,22 +75,6 @@ def tune(model: Any, example_inputs: Any = None, *,
     finally:
         if own:
             database.close()
-
-
-def _as_graph(model: Any, example_inputs: Any) -> Graph:
-    if isinstance(model, Graph):
-        return model
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(model, torch.nn.Module):
-        if example_inputs is None:
-            raise InputError("tuning a torch.nn.Module needs example inputs: "
-                             "ember.tune(module, (x,)), which torch.export traces it with")
-        from ember.frontend.torch import import_module
-
-        return import_module(model, example_inputs)
-    from ember.frontend.onnx import import_onnx
-
-    return import_onnx(model)
 
 
 def _static_shapes(graph: Graph, given: Mapping[str, Sequence[int]] | None
