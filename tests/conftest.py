@@ -113,3 +113,13 @@ def deadline() -> Callable[[int], ContextManager[None]]:
 
     return within
 
+
+
+@pytest.fixture
+def nchw_convolutions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dense convolutions stay in NCHW (``block_convolutions`` blocks none): for tests of the
+    im2col GEMM paths, which every convolution the blocked layout does not take (groups,
+    channels that are not whole vectors, sizes known only at run time) still runs on."""
+    from ember.passes import pipeline
+
+    monkeypatch.setattr(pipeline, "block_convolutions", lambda graph, target: 0)

@@ -48,6 +48,11 @@ if TYPE_CHECKING:
 # product's tasks are is its ``GemmKnobs.parallel``, decided by the schedule).
 PACK_PARALLEL_WORK = 1 << 17
 
+# Tasks smaller than this (multiply-adds) are claimed a few at a time, each thread taking at
+# least CLAIMS_PER_THREAD claims (see _tasks_per_claim).
+MIN_CLAIMED_WORK = 1 << 16
+CLAIMS_PER_THREAD = 4
+
 # Tasks are handed out one at a time (chunks of one task), not split in fixed halves: on a
 # shared machine a worker often starts late (its vCPU was idle, or another process holds it),
 # and with a static split the caller would then wait for the late worker's whole half.  A
@@ -70,19 +75,22 @@ def unaligned_vector_type(helpers: HelperSet, lanes: int) -> str:
 
 
 def micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int,
-                 indirect: bool = False) -> str:
+                 indirect: bool = False, a_indirect: bool = False) -> str:
     """The ``rows x (vectors * lanes)`` micro-kernel: ``c (+)= a[rows x kc] * b[kc x nr]``
     with ``b`` a panel of ``nr`` contiguous floats per reduction step, ``b_rs`` apart (``nr``
     when packed), and ``a`` read through its strides.  ``accumulate`` adds to the tile in
     ``c`` (a later reduction block) instead of starting from zero; only the first ``cols``
     columns of ``c`` are read and written.  Inlined into its caller.  The ``indirect`` form
     reads row ``k`` of B at ``b + koff[k]`` (a panel read where it lies in the input, see
-    :func:`_emit_pack_panel`)."""
+    :func:`_emit_pack_panel`); the ``a_indirect`` form reads A's element ``(r, k)`` at
+    ``a + r * a_rs + aoff[k]`` (A read in place along a walk of several strides,
+    ``Gemm.a_k_dims``)."""
     vec = vector_type(helpers, lanes)
-    name = f"ember_gemm_f32_{rows}x{vectors * lanes}_v{lanes}" + ("_ind" if indirect else "")
+    name = f"ember_gemm_f32_{rows}x{vectors * lanes}_v{lanes}" + \
+        ("_ind" if indirect else "") + ("_aind" if a_indirect else "")
     return helpers.need(name, lambda: _micro_kernel_source(
         f"static inline __attribute__((always_inline)) void {name}", rows, vectors, lanes, vec,
-        packed_rows=None, indirect=indirect))
+        packed_rows=None, indirect=indirect, a_indirect=a_indirect))
 
 
 def packed_micro_kernel(helpers: HelperSet, rows: int, vectors: int, lanes: int,
@@ -125,16 +133,22 @@ def _packed_name(rows: int, vectors: int, lanes: int, mr: int, indirect: bool = 
 
 
 def _micro_kernel_source(head: str, rows: int, vectors: int, lanes: int, vec: str,
-                         packed_rows: int | None, indirect: bool = False) -> str:
-    """The C of a micro-kernel: ``a`` through its strides, or packed in strips of
-    ``packed_rows`` rows; B's row ``k`` at ``b + k * b_rs``, or (``indirect``) at
-    ``b + koff[k]``."""
+                         packed_rows: int | None, indirect: bool = False,
+                         a_indirect: bool = False) -> str:
+    """The C of a micro-kernel: ``a`` through its strides (``a_indirect``: its row stride
+    and a table of its reduction offsets), or packed in strips of ``packed_rows`` rows; B's
+    row ``k`` at ``b + k * b_rs``, or (``indirect``) at ``b + koff[k]``."""
     nr = vectors * lanes
     acc = [[f"c{r}_{v}" for v in range(vectors)] for r in range(rows)]
     every = [(r, v) for r in range(rows) for v in range(vectors)]
     b_param = "const long *restrict koff" if indirect else "long b_rs"
     b_row = "koff[k]" if indirect else "k * b_rs"
-    if packed_rows is None:
+    if packed_rows is None and a_indirect:
+        params = ["    long kc, const float *restrict a, long a_rs, const long *restrict aoff,",
+                  f"    const float *restrict b, {b_param}, float *restrict c, long c_rs, "
+                  "int accumulate,", "    long cols) {"]
+        a_element = "a[{r} * a_rs + aoff[k]]"
+    elif packed_rows is None:
         params = ["    long kc, const float *restrict a, long a_rs, long a_cs,",
                   f"    const float *restrict b, {b_param}, float *restrict c, long c_rs, "
                   "int accumulate,", "    long cols) {"]
@@ -255,6 +269,12 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
 
     def kernels_of(vectors: int, indirect: bool = False) -> dict[int, str]:
         strip = nr if turned else mr
+        if s.a_gathered:
+            # (inlined: one per height a strip has -- the full tile and the last strip's)
+            heights = range(1, most_rows + 1) if is_traced(s.m) else \
+                sorted({most_rows, s.m % mr or most_rows})
+            return {rows: micro_kernel(em.ctx.helpers, rows, vectors, lanes, indirect,
+                                       a_indirect=True) for rows in heights}
         if shared:
             em.ctx.shared_gemm_tiles.add((vectors, lanes, strip))
             return {rows: packed_micro_kernel(em.ctx.helpers, rows, vectors, lanes, strip,
@@ -300,7 +320,10 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
             line(inner, f"const long {p_lo} = {tn} * {panels_per_task}, "
                         f"{p_hi} = {p_lo} + {panels_per_task} < {panels} ? "
                         f"{p_lo} + {panels_per_task} : {panels};")
-            koff, sources = fresh("koff"), fresh("panel_at")
+            koff, sources, aoff = fresh("koff"), fresh("panel_at"), fresh("aoff")
+            if s.a_gathered:
+                offsets = ", ".join(str(o) for o in _walk_offsets(s.a_k_dims))
+                line(inner, f"static const long {aoff}[{s.k}] = {{{offsets}}};")
             if in_place:
                 offsets = ", ".join(str(o) for o in _walk_offsets(s.b_k_dims))
                 line(inner, f"static const long {koff}[{s.k}] = {{{offsets}}};")
@@ -375,6 +398,9 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
                 elif pack_a:
                     a_tile = f"{apack} + (({i0} - {i_lo}) / {mr}) * {kc} * {mr}"
                     a_rs, a_cs = 1, mr
+                elif s.a_gathered:  # in place, its reduction offsets from the table
+                    a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs}"
+                    a_rs, a_cs = s.a_rs, f"{aoff} + {pc}"
                 else:
                     a_tile = f"{em._buffer(s.a)} + ({a_base}) + {i0} * {s.a_rs} + " \
                         f"{pc} * {s.a_cs}"
@@ -416,7 +442,8 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
             for level in range(inner + 2, inner - 1, -1):
                 line(level, "}")
 
-    _task_loop(em, depth, tasks, task, task_body, parallel)
+    _task_loop(em, depth, tasks, task, task_body, parallel,
+               chunk=_tasks_per_claim(s, tasks, em.ctx.target.threads))
 
 
 def _emit_turned_tile(em: "_KernelEmitter", s: Gemm, depth: int, kernels: dict[int, str],
@@ -447,7 +474,8 @@ def _emit_micro_call(em: "_KernelEmitter", depth: int, kernels: dict[int, str], 
                      call: str) -> None:
     """The call of the micro-kernel of the strip's height (``rows``, known at run time)."""
     if len(kernels) == 1:
-        em.line(depth, f"{kernels[1]}{call}")
+        kernel, = kernels.values()
+        em.line(depth, f"{kernel}{call}")
         return
     em.line(depth, f"switch ({rows}) {{")
     for count, kernel in sorted(kernels.items(), reverse=True):
@@ -476,13 +504,25 @@ def _emit_pack(em: "_KernelEmitter", s: Gemm, depth: int, copies: int = 1) -> No
                copies * count * s.k * nr >= PACK_PARALLEL_WORK)
 
 
+def _tasks_per_claim(s: Gemm, tasks: int, threads: int) -> int:
+    """Tasks a thread claims at a time: one, unless a task is smaller than
+    ``MIN_CLAIMED_WORK`` multiply-adds (a blocked convolution's output row of 8 pixels is
+    18K): then as many as make that much work, while every thread still gets
+    ``CLAIMS_PER_THREAD`` claims."""
+    work = s.knobs.mc * s.knobs.nc * s.k
+    if is_traced(tasks) or is_traced(work) or work >= MIN_CLAIMED_WORK:
+        return 1
+    return max(1, min(-(-MIN_CLAIMED_WORK // work),
+                      tasks // (CLAIMS_PER_THREAD * max(1, threads))))
+
+
 def _task_loop(em: "_KernelEmitter", depth: int, count: int, index: str,
-               body: Callable[[int], None], parallel: bool) -> None:
-    """``for index in 0 .. count: body``, on the thread pool when ``parallel``: one task (a
-    block of the product, or a panel to pack) per chunk, so that a late or preempted
-    thread holds back at most the one task it took."""
+               body: Callable[[int], None], parallel: bool, chunk: int = 1) -> None:
+    """``for index in 0 .. count: body``, on the thread pool when ``parallel``: ``chunk``
+    tasks (a block of the product, or a panel to pack) per claim, so that a late or
+    preempted thread holds back at most the few tasks it took."""
     if parallel:
-        em.parallel(depth, str(count), index, body, chunk=1)
+        em.parallel(depth, str(count), index, body, chunk=chunk)
         return
     em.line(depth, f"for (long {index} = 0; {index} < {count}; ++{index}) {{")
     body(depth + 1)

@@ -1035,6 +1035,9 @@ class _GemmPlan:
         if s.a_packed:  # strips of mr rows: strip[i // mr, kk, i % mr]
             mr = _positive(s.knobs.mr, s, "knobs.mr")
             self.a_index = ((rows // mr) * (k * mr) + rows % mr)[:, None] + terms[None, :] * mr
+        elif s.a_gathered:
+            along_k = _walk(s.a_k_dims, k, s, "a_k_dims")
+            self.a_index = rows[:, None] * s.a_rs + along_k[None, :]
         else:
             self.a_index = rows[:, None] * s.a_rs + terms[None, :] * s.a_cs
         if s.b_packed:  # panels of nr columns: panel[j // nr, kk, j % nr]

@@ -366,9 +366,10 @@ def conv(ctx, x, w, b=None, **conv_attrs):
 
 
 def _depthwise_blocked_geometry(ctx: Context, x_shape: Sequence[Dim], w_shape: Sequence[Dim],
-                                strides: Sequence[int], dilations: Sequence[int]
-                                ) -> tuple[Dim, Dim]:
-    """(OH, OW) of DepthwiseConvBlocked, after checking that the shapes fit together."""
+                                strides: Sequence[int], dilations: Sequence[int],
+                                check_lanes: bool = True) -> tuple[Dim, Dim]:
+    """(OH, OW) of a blocked convolution, after checking that the shapes fit together
+    (``w_shape`` is (C/L, KH, KW, L); ``check_lanes``: that C/L and L are the input's)."""
     if len(x_shape) != 5 or len(w_shape) != 4:
         raise ctx.error(f"X must be (N, C/L, H, W, L) and W (C/L, KH, KW, L), got ranks "
                         f"{len(x_shape)} and {len(w_shape)}")
@@ -376,7 +377,7 @@ def _depthwise_blocked_geometry(ctx: Context, x_shape: Sequence[Dim], w_shape: S
         raise ctx.error(f"strides {list(strides)} and dilations {list(dilations)} must be two "
                         f"positive integers each")
     for what, xd, wd in (("channel blocks", x_shape[1], w_shape[0]),
-                         ("lanes", x_shape[4], w_shape[3])):
+                         ("lanes", x_shape[4], w_shape[3])) if check_lanes else ():
         if isinstance(xd, int) and isinstance(wd, int) and xd != wd:
             raise ctx.error(f"X and W disagree on the {what}: {xd} and {wd}")
     out = []
@@ -426,6 +427,57 @@ def depthwise_conv_blocked(ctx, x, w, b=None, *, strides, dilations):
             term = window * w[:, kh, kw, :].astype(work).reshape(1, w.shape[0], 1, 1,
                                                                   w.shape[3])
             total = term if total is None else total + term
+    if b is not None:
+        total = total + b.astype(work)[None, :, None, None, :]
+    return total.astype(x.dtype, copy=False)
+
+
+# ----------------------------------------------------------------------------- blocked dense
+
+
+def _blocked_type(ctx: InferContext) -> list[ValueType | None]:
+    x, w, b = optional_tensor(ctx, 0), optional_tensor(ctx, 1), optional_tensor(ctx, 2)
+    if x is None or w is None or x.shape is None or w.shape is None:
+        return [TensorType(x.dtype, None) if x is not None else None]
+    if not x.dtype.is_float or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
+        raise ctx.error(f"X, W and B must share one float type, got {x}, {w}"
+                        + (f", {b}" if b is not None else ""))
+    if len(x.shape) != 5 or len(w.shape) != 6:
+        raise ctx.error(f"X must be (N, C/Li, H, W, Li) and W (M/Lo, C/Li, KH, KW, Li, Lo), "
+                        f"got ranks {len(x.shape)} and {len(w.shape)}")
+    for what, xd, wd in (("input channel blocks", x.shape[1], w.shape[1]),
+                         ("input lanes", x.shape[4], w.shape[4])):
+        if isinstance(xd, int) and isinstance(wd, int) and xd != wd:
+            raise ctx.error(f"X and W disagree on the {what}: {xd} and {wd}")
+    oh, ow = _depthwise_blocked_geometry(ctx, x.shape, (w.shape[0],) + tuple(w.shape[2:5]),
+                                         ctx.attrs["strides"], ctx.attrs["dilations"],
+                                         check_lanes=False)
+    if b is not None and b.shape is not None and (len(b.shape) != 2 or
+                                                  tuple(b.shape) != (w.shape[0], w.shape[5])):
+        raise ctx.error(f"B must be (M/Lo, Lo) = ({w.shape[0]}, {w.shape[5]}), got {b}")
+    return [TensorType(x.dtype, (x.shape[0], w.shape[0], oh, ow, w.shape[5]))]
+
+
+@op("ConvBlocked", family="conv", infer=_blocked_type,
+    attrs={"strides": Attr.ints([1, 1]), "dilations": Attr.ints([1, 1])})
+def conv_blocked(ctx, x, w, b=None, *, strides, dilations):
+    """A dense 2-D convolution over channels blocked by the vector width (ember's own op,
+    made by ``passes/block_convolutions.py``; no frontend maps to it): ``X`` is
+    ``(N, C/Li, H, W, Li)`` (padding applied before), ``W`` ``(M/Lo, C/Li, KH, KW, Li, Lo)``,
+    ``B`` ``(M/Lo, Lo)``, and ``Y[n, mb, oh, ow, lo] = sum over (cb, kh, kw, li) of
+    X[n, cb, oh*sh + kh*dh, ow*sw + kw*dw, li] * W[mb, cb, kh, kw, li, lo] + B[mb, lo]``."""
+    w_taps = (w.shape[0],) + tuple(w.shape[2:5])
+    oh, ow = _depthwise_blocked_geometry(ctx, x.shape, w_taps, strides, dilations,
+                                         check_lanes=False)
+    work = compute_dtype(x.dtype)
+    total = np.zeros((x.shape[0], w.shape[0], oh, ow, w.shape[5]), dtype=work)
+    for kh in range(w.shape[2]):
+        for kw in range(w.shape[3]):
+            top, left = kh * dilations[0], kw * dilations[1]
+            window = x[:, :, top:top + (oh - 1) * strides[0] + 1:strides[0],
+                       left:left + (ow - 1) * strides[1] + 1:strides[1], :].astype(work)
+            # (n, cb, oh, ow, li) x (mb, cb, li, lo) -> (n, mb, oh, ow, lo)
+            total += np.einsum("ncyxi,mcio->nmyxo", window, w[:, :, kh, kw].astype(work))
     if b is not None:
         total = total + b.astype(work)[None, :, None, None, :]
     return total.astype(x.dtype, copy=False)

@@ -223,6 +223,14 @@ def _depthwise_blocked(node: Node, types: Types) -> Dim:
     return _with_bias(node, 2, _scaled(per_output, _numel(types, _output(node))), types)
 
 
+def _conv_blocked(node: Node, types: Types) -> Dim:
+    """Per output element 2*C*KH*KW (W is [M/Lo, C/Li, KH, KW, Li, Lo]), plus bias."""
+    weight = _shape(types, node.inputs[1])
+    per_output = None if weight is None or len(weight) != 6 else \
+        _scaled(2, dim_product(weight[1:5]))
+    return _with_bias(node, 2, _scaled(per_output, _numel(types, _output(node))), types)
+
+
 def _conv_transpose(node: Node, types: Types) -> Dim:
     """Per input element 2*M/group*prod(kernel) (W is [C, M/group, k...]), plus bias."""
     weight = _shape(types, node.inputs[1])
@@ -286,6 +294,7 @@ _RULES: dict[str, CostRule] = {
     "QLinearConv": _conv(weight_index=3, bias_index=8),
     "ConvTranspose": _conv_transpose,
     "DepthwiseConvBlocked": _depthwise_blocked,
+    "ConvBlocked": _conv_blocked,
     "MaxPool": _windowed_pool,
     "AveragePool": _windowed_pool,
     "LpPool": _windowed_pool,

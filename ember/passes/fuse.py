@@ -259,9 +259,11 @@ class _Fusion:
         one (1x1, MobileNet's expansions) does not: 5-25 us slower per convolution at 28x28
         and below, measured in one process against the separate Pad -- unless its output is
         too large for the caches (``POINTWISE_PADDED_STORE_BYTES``)."""
-        anchor = next((n for n in group.nodes if n.op == "Conv"), None)
+        anchor = next((n for n in group.nodes if n.op in ("Conv", "ConvBlocked")), None)
         if anchor is None:
             return False
+        if anchor.op == "ConvBlocked":
+            return True  # its rows of pixels are stored where they belong, no scratch
         kernel = anchor.attrs.get("kernel_shape")
         if not kernel:
             weights = self.graph.types.get(anchor.inputs[1]) if len(anchor.inputs) > 1 else None

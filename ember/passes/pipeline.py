@@ -21,6 +21,7 @@ from ember.ops.registry import get_op
 from ember.passes.context import GraphPass, PassContext, graph_pass, run_passes
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.dce import eliminate_dead_code
+from ember.passes.block_convolutions import block_convolutions
 from ember.passes.block_depthwise import block_depthwise_convolutions
 from ember.passes.explicit_padding import make_padding_explicit
 from ember.passes.fold_batchnorm import fold_batchnorm
@@ -67,6 +68,10 @@ BLOCK_DEPTHWISE = GraphPass("block_depthwise_convolutions",
                             lambda graph, ctx: block_depthwise_convolutions(graph, ctx.target),
                             "depthwise convolutions over narrow images -> channels blocked by "
                             "the vector width (NCHWc), between two transposes")
+BLOCK_CONVOLUTIONS = GraphPass("block_convolutions",
+                                lambda graph, ctx: block_convolutions(graph, ctx.target),
+                                "dense convolutions -> channels blocked by the vector width "
+                                "(NCHWc), kept blocked through elementwise ops between them")
 FUSE = GraphPass("fuse",
                  lambda graph, ctx: fuse(graph, ctx.kernel_support or op_has_compute),
                  "group nodes into kernels (graph.groups); must run last: it does not "
@@ -145,6 +150,7 @@ PIPELINES: dict[int, Pipeline] = {
         SIMPLIFY,
         CSE,
         DCE,
+        BLOCK_CONVOLUTIONS,      # dense convs in NCHWc, the layout kept between them
         BLOCK_DEPTHWISE,         # narrow depthwise convs in NCHWc, padded in that layout
         MAKE_PADDING_EXPLICIT,   # convolution borders as a Pad: affine, vectorizable loads
         FUSE,                    # last: groups of nodes -> one kernel each

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ember.core.traced import as_size, is_traced, may_be_nonzero, size_class
+from ember.core.traced import as_size, is_traced, may_be_nonzero, plain, size_class
 from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.ir.loop.affine import affine_coefficients
@@ -159,6 +159,9 @@ class GemmShape:
     out_runs: bool = False
     # whether A is a constant packed at compile time into row strips (Gemm.a_packed)
     a_prepacked: bool = False
+    # whether A's reduction walk spans several strides (Gemm.a_gathered: a blocked
+    # convolution's input), read in place through a table of offsets, never copied
+    a_gathered: bool = False
 
     def folded(self) -> "GemmShape":
         """The shape the template runs with the batch folded into the columns."""
@@ -218,6 +221,9 @@ class GemmChooser:
 
     def knobs(self, index: int, shape: GemmShape) -> GemmKnobs | None:
         """The blocking of product ``index``, or None to keep its plain loops."""
+        if shape.a_gathered:
+            return gathered_a_knobs(shape, self.target) \
+                if template_pays(shape, self.target) else None
         if fold_pays(shape, self.target):
             return folded_knobs(shape.folded().default_knobs(self.target))
         if not template_pays(shape, self.target):
@@ -252,6 +258,39 @@ def vector_rows_pay(shape: GemmShape, target: Target) -> bool:
         return -(-size // lanes) * lanes / size
 
     return waste(shape.n) >= VECTOR_ROWS_MIN_GAIN * waste(shape.m)
+
+
+def gathered_a_tiles(target: Target, n: int) -> list[tuple[int, int]]:
+    """Register tiles (rows, columns) of a product whose A is read in place (``a_gathered``):
+    taller than the packed products' -- every row is one broadcast of A's element, an
+    operand of its multiply-add -- as tall as the accumulators, one B vector and a broadcast
+    fit the target's vector registers (28 rows of one AVX-512 vector), and no wider than the
+    product's columns need."""
+    lanes = target.lanes_for(DType.FLOAT32)
+    registers = 32 if lanes >= 16 else 16
+    if lanes < 4:
+        return [register_tile_columns(target)]
+    widths = [vectors for vectors in (1, 2) if vectors == 1 or plain(n) > lanes]
+    return [(rows, vectors * lanes) for vectors in widths
+            for rows in (4, 6, 7, 8, 12, 14, 16, 20, 24, 28)
+            if rows * vectors + vectors + 1 <= registers]
+
+
+def gathered_a_knobs(shape: GemmShape, target: Target,
+                     tile: tuple[int, int] | None = None) -> GemmKnobs:
+    """The default blocking of a product whose A is read in place (``a_gathered``): the
+    rows split into the fewest strips of the tallest tile (a 56-pixel output row in two
+    strips of 28, a 7-pixel one in one of 7), B's columns in one or two vectors, A never
+    copied (its reads are the broadcasts)."""
+    if tile is None:
+        tiles = gathered_a_tiles(target, shape.n)
+        nr = max(cols for _, cols in tiles) if plain(shape.n) > tiles[0][1] else tiles[0][1]
+        tallest = max(rows for rows, cols in tiles if cols == nr)
+        m = plain(shape.m)
+        strips = -(-m // tallest)
+        tile = (-(-m // strips), nr)
+    knobs = default_knobs(shape.m, shape.n, shape.k, shape.batch, target, tile)
+    return replace(knobs, pack_a=False, b_in_place=True)
 
 
 def vector_rows_tiles(target: Target) -> list[tuple[int, int]]:
@@ -328,6 +367,8 @@ def template_pays(shape: GemmShape, target: Target) -> bool:
     if shape.n < target.lanes_for(DType.FLOAT32) or \
             shape.m * shape.n * shape.k * shape.products < MIN_GEMM_WORK:
         return False
+    if shape.a_gathered:  # A is never copied: B must be packed already or read in place
+        return shape.b_prepacked or shape.b_rows_contiguous
     return shape.b_prepacked or shape.m >= MIN_ROWS_TO_PACK
 
 
@@ -440,11 +481,12 @@ def _choose_and_pack(gemm: Gemm, stmts: list[Stmt], position: int, consumed: int
     run = gemm.b_j_dims[-1] if gathered and not b_prepacked and gemm.b_j_dims else (0, 0)
     row_width = run[0] if run[1] == 1 and not is_traced(run[0]) else 0
     a_prepacked = a_param in constant_params and not a_elsewhere and gemm.a != gemm.b and \
-        isinstance(gemm.a_base, Const) and gemm.m > 1
+        isinstance(gemm.a_base, Const) and gemm.m > 1 and not gemm.a_gathered
     knobs = chooser.knobs(index, GemmShape(gemm.m, gemm.n, gemm.k, batch, products,
                                            b_prepacked, gathered,
                                            _foldable(gemm, b_prepacked), contiguous,
-                                           row_width, gemm.out_in_runs, a_prepacked))
+                                           row_width, gemm.out_in_runs, a_prepacked,
+                                           gemm.a_gathered))
     if knobs is None:
         return None
     gemm = replace(gemm, knobs=knobs)
@@ -664,13 +706,25 @@ def _to_gemm(p: _Product, target: Target) -> Gemm | None:
     else:
         spatial = spatial[:tail] + _merge(spatial[tail:], [lhs_c, *epilogue_coeffs], pinned,
                                           [walks, out_walks])
-    reduce = _merge(reduce, [out_c, lhs_c], pinned, [walks])
+    # 4. A is read in place: its reduction walk is one stride, or (a blocked convolution's
+    # input: channel block, kernel row, kernel column, lane) a walk through a table of offsets
+    a_walks = {v: ((e, lhs_c.get(v, 0)),) for v, e in reduce}
+    if len(_merge(reduce, [dict(out_c), dict(lhs_c)], pinned)) == 1:
+        reduce = _merge(reduce, [out_c, lhs_c], pinned, [walks])
+        a_k_dims: tuple[tuple[int, int], ...] = ()
+    else:
+        reduce = _merge(reduce, [out_c], pinned, [walks, a_walks])
+        if len(reduce) != 1 or any(is_traced(v) for dim in a_walks[reduce[0][0]]
+                                   for v in dim):
+            return None
+        a_k_dims = _combine(a_walks[reduce[0][0]])
     if len(reduce) != 1:
         return None
     (k_var, k_ext), = reduce
     j_var, n_ext = spatial[-1]
     b_k, b_j = _moves(walks[k_var]) or ((k_ext, 0),), _moves(walks[j_var])
-    if out_c.get(j_var, 0) != 1 or lhs_c.get(j_var, 0) or not b_j or not lhs_c.get(k_var, 0):
+    if out_c.get(j_var, 0) != 1 or lhs_c.get(j_var, 0) or not b_j or \
+            not (a_k_dims or lhs_c.get(k_var, 0)):
         return None
     others = spatial[:-1]
     rows = [(v, e) for v, e in others if lhs_c.get(v, 0) and not rhs_c.get(v, 0)]
@@ -711,8 +765,11 @@ def _to_gemm(p: _Product, target: Target) -> Gemm | None:
     knobs = _UNCHOSEN  # the chooser's, once it decided that the template pays
     stmt = Gemm(p.out, a_load.buffer, b_load.buffer, None, tuple(batch), m_ext, n_ext, k_ext,
                 base(out_c), base(lhs_c), base(rhs_c), out_c.get(i_var, 0),
-                lhs_c.get(i_var, 0), lhs_c[k_var], b_k, b_j, False,
-                row, col, result, finish, knobs, out_j_dims=out_j_dims)
+                lhs_c.get(i_var, 0), 0 if a_k_dims else lhs_c[k_var], b_k, b_j, False,
+                row, col, result, finish, knobs, out_j_dims=out_j_dims,
+                a_k_dims=a_k_dims if len(a_k_dims) > 1 else ())
+    if len(a_k_dims) == 1:  # the walk is one stride after all
+        stmt = replace(stmt, a_cs=a_k_dims[0][1])
     return stmt
 
 

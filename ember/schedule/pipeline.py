@@ -40,7 +40,8 @@ from ember.ir.loop.verifier import verify_func
 from ember.schedule.config import Decisions, KernelConfig, Knob
 from ember.schedule.default import default_schedule
 from ember.schedule.gemm import (GemmChooser, GemmShape, Prepack, default_parallel,
-                                 fold_columns_limit, fold_pays, panels_in_place_legal,
+                                 fold_columns_limit, fold_pays, gathered_a_knobs,
+                                 gathered_a_tiles, panels_in_place_legal,
                                  template_pays, tile_choices, vector_rows_knobs,
                                  vector_rows_pay, vector_rows_tiles)
 from ember.schedule.primitives import Schedule, Trace
@@ -226,6 +227,8 @@ class _ConfigGemmChooser(GemmChooser):
                    [False, True],
                    "run the product on the blocked GEMM template (else its plain loops)"):
             return None
+        if shape.a_gathered:
+            return self._gathered_a_knobs(name, shape)
         fold = shape.foldable and ask(
             f"{name}.fold_batch", fold_default, [False, True],
             "fold the batch into the columns: one product, A streamed once for the batch")
@@ -271,6 +274,30 @@ class _ConfigGemmChooser(GemmChooser):
             "read B's full panels where B is (its rows are contiguous) instead of packing")
         return GemmKnobs(mr, nr, kc, mc, nc, self.target.lanes_for(DType.FLOAT32), pack_a,
                          fold_batch=fold, b_in_place=in_place, vector_rows=turned)
+
+    def _gathered_a_knobs(self, name: str, shape: GemmShape) -> GemmKnobs:
+        """The knobs of a product whose A is read in place through a table of offsets (a
+        blocked convolution): its tile and blocking; nothing is copied, nothing folded."""
+        ask = self.decisions.choose
+        default = gathered_a_knobs(shape, self.target)
+        mr, nr = ask(f"{name}.tile", (default.mr, default.nr),
+                     gathered_a_tiles(self.target, shape.n),
+                     "register tile of the micro-kernel: rows (broadcasts of A) x columns")
+        proposed = gathered_a_knobs(shape, self.target, tile=(mr, nr))
+        m, n, k = plain(shape.m), plain(shape.n), plain(shape.k)
+        kc = ask(f"{name}.kc", proposed.kc,
+                 [c for c in (64, 128, 192, 256, 384, 512) if c < k] + [k],
+                 "terms of the reduction per block (a kc x nr panel of B stays in L1)")
+        rows = -(-m // mr) * mr
+        mc = ask(f"{name}.mc", proposed.mc,
+                 sorted({min(mr * f, rows) for f in (1, 2, 4, 8, 16, 32, 64)}),
+                 "rows of a task (a multiple of the tile's rows)")
+        columns = -(-n // nr) * nr
+        nc = ask(f"{name}.nc", proposed.nc,
+                 sorted({min(nr * f, columns) for f in (1, 2, 4, 8, 16, 32, 64)}),
+                 "columns of a task (a multiple of the tile's columns)")
+        return GemmKnobs(mr, nr, kc, mc, nc, self.target.lanes_for(DType.FLOAT32),
+                         pack_a=False, b_in_place=True)
 
     def finish(self, index: int, gemm: Gemm, pack_in_task_legal: bool) -> GemmKnobs:
         ask, name = self.decisions.choose, f"gemm{index}"

@@ -302,6 +302,7 @@ def test_nothing_joins_a_kernel_after_its_padded_store():
     assert kernels[-2:] == ["Conv+Pad", "Relu"], kernels
 
 
+@pytest.mark.usefixtures("nchw_convolutions")
 def test_a_padded_store_of_a_batch_of_images_per_row():
     # 16 output channels over 16-pixel rows and a batch of 3, padded for a max pool (NaN
     # never wins a maximum): the store moves from row to row of the padded buffer.

@@ -147,7 +147,8 @@ def test_every_level_computes_what_o0_does(name, build):
     for level in sorted(pipeline.PIPELINES):
         optimized = pipeline.optimize(copy.deepcopy(graph), level)
         results[level] = ReferenceExecutor(optimized).run(feeds)
-        sizes[level] = len(optimized.nodes)
+        # (the layout conversions of blocked convolutions add nodes, not work)
+        sizes[level] = sum(n.op not in ("Reshape", "Transpose", "Pad") for n in optimized.nodes)
     for level in (1, 2):
         for output, value in results[0].items():
             np.testing.assert_allclose(results[level][output], value, rtol=1e-4, atol=1e-4,

@@ -72,6 +72,7 @@ def _compile(model, **configs):
 
 
 # ----------------------------------------------------------------------------- the seam
+@pytest.mark.usefixtures("nchw_convolutions")
 def test_a_config_changes_the_generated_code_and_the_same_config_reproduces_it():
     model, x, expected = conv_model()
     default = _compile(model)
@@ -156,6 +157,7 @@ def _keys(model, target: Target = TARGET) -> dict[str, str]:
     return {impl.nodes[0].op: impl.workload_key for impl in module.build.kernels}
 
 
+@pytest.mark.usefixtures("nchw_convolutions")
 def test_workload_keys_name_structure_not_names():
     base = _keys(conv_model()[0])
     assert len(set(base.values())) == len(base) >= 2  # the conv (+ relu), the head (a pad)

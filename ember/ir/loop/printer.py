@@ -122,8 +122,9 @@ def _format_gemm(s: Gemm, indent: str) -> str:
         f"{s.b.name}[{_strip(format_expr(s.b_base))} + k{walk(s.b_k_dims)} + " \
         f"j{walk(s.b_j_dims)}]"
     finish = _strip(format_expr(s.finish)) if s.finish is not None else s.result.name
+    a_k = f"k{walk(s.a_k_dims)}" if s.a_gathered else f"k*{s.a_cs}"
     a_read = f"packed {s.a.name}" if s.a_packed else \
-        f"{s.a.name}[{_strip(format_expr(s.a_base))} + i*{s.a_rs} + k*{s.a_cs}]"
+        f"{s.a.name}[{_strip(format_expr(s.a_base))} + i*{s.a_rs} + {a_k}]"
     knobs = s.knobs
     return (f"{indent}gemm{batch} {s.m}x{s.n}x{s.k} "
             f"(tile {knobs.mr}x{knobs.nr}, kc {knobs.kc}, tasks {knobs.mc}x{knobs.nc}"

@@ -195,6 +195,16 @@ class Gemm(Stmt):
     # are not one run (a convolution storing into the padded buffer of the next one: output
     # rows W wide, W + pads apart); () for consecutive columns
     out_j_dims: tuple[tuple[int, int], ...] = ()
+    # A's walk along k as (extent, stride) dims, outer to inner, when it is not one stride
+    # (``a_cs`` is then unused): a blocked convolution's input, whose reduction runs over
+    # (channel block, kernel row, kernel column, lane) -- the micro-kernel reads A's element
+    # ``(i, k)`` at ``i * a_rs + aoff[k]`` through a table of the walk's offsets
+    a_k_dims: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def a_gathered(self) -> bool:
+        """Whether A's reduction walk spans several strides (``a_k_dims``)."""
+        return len(self.a_k_dims) > 1
 
     @property
     def out_in_runs(self) -> bool:

@@ -103,6 +103,9 @@ class _Checker:
         if [math.prod(e for e, _ in dims) for dims in walks] != [s.k, s.n] or \
                 (s.b_packed and not s.b_is_matrix):
             raise self.fail(f"Gemm B walk {walks} does not cover {s.k} x {s.n}")
+        if s.a_gathered and (math.prod(e for e, _ in s.a_k_dims) != s.k or s.a_packed or
+                             s.knobs.pack_a or s.knobs.vector_rows):
+            raise self.fail(f"Gemm A walk {s.a_k_dims} must cover {s.k} terms, read in place")
         if any(size < 1 for size in (s.m, s.n, s.k)) or s.knobs.vector_width % s.knobs.lanes:
             raise self.fail(f"Gemm of {s.m}x{s.n}x{s.k} with tile {s.knobs}")
         if s.knobs.vector_rows and (s.b_direct or s.knobs.fold_batch or

@@ -566,6 +566,33 @@ def depthwise_conv_blocked(ctx, x, w, b=None, *, strides, dilations):
     return compute(out.shape, body, name="dwconv", dtype=out.dtype)
 
 
+@compute_of("ConvBlocked")
+def conv_blocked(ctx, x, w, b=None, *, strides, dilations):
+    """y[n, mb, oh, ow, lo] = sum over (cb, kh, kw, li) of x[n, cb, oh*sh + kh*dh,
+    ow*sw + kw*dw, li] * w[mb, cb, kh, kw, li, lo] (+ b[mb, lo]): a matrix product per output
+    row, of its pixels (rows, each input element broadcast) by the weights (columns: the
+    output lanes ``lo``, contiguous in W and Y), which the GEMM template takes."""
+    if x.ndim != 5 or w.ndim != 6 or (b is not None and b.ndim != 2):
+        raise NoCompute("ConvBlocked needs X (N, C/Li, H, W, Li) and W (M/Lo, C/Li, KH, KW, Li, "
+                        "Lo)")
+    if not x.dtype.is_float or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
+        raise NoCompute("X, W and B of one float type")
+    acc = _product_dtype(x, w)
+    out = ctx.output_types[0]
+
+    def body(n: Expr, mb: Expr, oh: Expr, ow: Expr, lane: Expr) -> Expr:
+        cb, kh, kw, li = (reduce_axis(w.shape[1], "cb"), reduce_axis(w.shape[2], "kh"),
+                          reduce_axis(w.shape[3], "kw"), reduce_axis(w.shape[4], "li"))
+        row = oh * strides[0] + kh * dilations[0]
+        column = ow * strides[1] + kw * dilations[1]
+        product = cast(x[[n, cb, row, column, li]], acc) * cast(w[[mb, cb, kh, kw, li, lane]],
+                                                                acc)
+        total = reduce_sum(product, [cb, kh, kw, li])
+        return total if b is None else total + cast(b[[mb, lane]], acc)
+
+    return compute(out.shape, body, name="conv", dtype=out.dtype)
+
+
 @compute_of("ConvTranspose")
 def conv_transpose(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape,
                    output_padding, output_shape, pads, strides):

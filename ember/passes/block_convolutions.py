@@ -1,0 +1,296 @@
+"""Dense convolutions run on channels blocked by the vector width, and stay blocked between them.
+
+ember's NCHW convolution is an im2col GEMM: the weights are the broadcast rows, the image's
+pixels the vector columns, and every task first gathers its panels of the image (a copy of
+``C * KH * KW`` rows per pixel block; with a stride, one float at a time).  Blocking the
+channels by the target's vector width ``L`` -- ``(N, C, H, W)`` seen as
+``(N, C/L, H, W, L)``, oneDNN's and ONNX Runtime's NCHWc -- makes the convolution a product
+per output row with nothing to copy: its rows are the row's pixels (each input element
+broadcast from where it lies, through a table of the reduction's offsets), its columns the
+``L`` output channels of one block (one vector, contiguous in the weights and the output)::
+
+    Conv(x, w, b)                  Reshape(x, (N, C/Li, Li, H, W)), Transpose(0 1 3 4 2)
+                          ->       [Pad(H and W)]
+                                   ConvBlocked(., w', b')            (N, M/L, OH, OW, L)
+                                   Transpose(0 1 4 2 3), Reshape((N, M, OH, OW))
+
+with ``w'`` = ``w`` as ``(M/L, C/Li, KH, KW, Li, L)`` and ``b'`` = ``b`` as ``(M/L, L)``,
+constants.  ``Li`` is ``L``, or all the input's channels when they are fewer than ``L`` (an
+image's three: its blocked form is NHWC).  Measured on Zen 4 (AVX-512, 2 threads, FMA peak
+231 GFLOP/s): 64 -> 64 channels 3x3 at 56x56 228 GFLOP/s, 256 -> 256 at 14x14 227, a
+stride-2 16 -> 32 at 8x8 (batch 8) 218 against 119 for the NCHW kernel.
+
+The conversions cost a pass over the tensor each, so the layout is kept across what does not
+care about it: the region of blocked values grows through elementwise and broadcasting ops
+(an activation, a residual Add, a per-channel scale) and into the next convolution, and a
+value goes back to NCHW only where something else reads it (a pool, a reshape, a graph
+output) -- once, however many such readers it has.  An elementwise op joins the region when
+one of its inputs is blocked; its other inputs join as they are (a scalar), blocked at
+compile time (a per-channel constant), or converted (a tensor of the output's shape: a
+residual branch from outside the region).
+
+Only plain convolutions qualify: 2-D, float32, static shapes, constant weights (and bias),
+one group, explicit ``pads`` (no ``auto_pad``), output channels a multiple of ``L``, input
+channels a multiple of ``L`` or fewer than ``L``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ember.core.dtypes import DType
+from ember.core.target import Target
+from ember.ir.graph import Graph, Node
+from ember.ir.types import TensorType
+from ember.ops.registry import PatternKind, get_op
+
+
+def block_convolutions(graph: Graph, target: Target | None) -> int:
+    """Rewrite in place; returns how many convolutions were blocked."""
+    lanes = (target or Target.native()).lanes_for(DType.FLOAT32)
+    if lanes < 4 or not any(_blockable(graph, node, lanes) for node in graph.nodes):
+        return 0
+    region = _Region(graph, lanes)
+    for node in graph.nodes:
+        if _blockable(graph, node, lanes):
+            region.convolution(node)
+        elif not (region.elementwise(node) or region.pool(node)):
+            region.keep(node)
+    for name in graph.outputs:
+        region.need_plain(name)
+    graph.nodes = region.nodes
+    return region.convolutions
+
+
+def _blockable(graph: Graph, node: Node, lanes: int) -> bool:
+    if node.op != "Conv" or node.domain not in ("", "ai.onnx"):
+        return False
+    inputs = [name for name in node.inputs if name]
+    if len(inputs) < 2 or len(node.outputs) != 1 or inputs != node.inputs[:len(inputs)]:
+        return False
+    x_type, y_type = graph.types.get(node.inputs[0]), graph.types.get(node.outputs[0])
+    weights = graph.constants.get(node.inputs[1])
+    bias = graph.constants.get(node.inputs[2]) if len(inputs) > 2 else None
+    if not (_static_4d(x_type) and _static_4d(y_type) and x_type.dtype is DType.FLOAT32 and
+            y_type.dtype is DType.FLOAT32 and weights is not None and
+            weights.dtype == np.float32 and weights.ndim == 4):
+        return False
+    if len(inputs) > 2 and (bias is None or bias.shape != (weights.shape[0],) or
+                            bias.dtype != np.float32):
+        return False
+    channels, outputs = int(x_type.shape[1]), int(weights.shape[0])
+    attrs = node.attrs
+    pads = list(attrs.get("pads") or [0, 0, 0, 0])
+    if int(attrs.get("group", 1)) != 1 or weights.shape[1] != channels or outputs % lanes or \
+            attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "") or len(pads) != 4 or \
+            min(pads) < 0 or (channels % lanes and channels >= lanes):
+        return False
+    kernel = tuple(attrs.get("kernel_shape") or weights.shape[2:])
+    return kernel == tuple(weights.shape[2:])
+
+
+def _static_4d(value_type: object) -> bool:
+    return isinstance(value_type, TensorType) and value_type.is_static and \
+        len(value_type.shape) == 4
+
+
+@dataclass
+class _Region:
+    """The rewritten node list, and which NCHW values have blocked twins so far."""
+
+    graph: Graph
+    lanes: int
+    nodes: list[Node] = field(default_factory=list)
+    blocked: dict[str, str] = field(default_factory=dict)  # NCHW value -> its blocked twin
+    pending: set[str] = field(default_factory=set)  # NCHW values not written yet
+    convolutions: int = 0
+
+    # ------------------------------------------------------------------ the ops
+
+    def convolution(self, node: Node) -> None:
+        g, lanes = self.graph, self.lanes
+        x, y = node.inputs[0], node.outputs[0]
+        n, channels, height, width = (int(d) for d in g.types[x].shape)
+        out_shape = tuple(int(d) for d in g.types[y].shape)
+        weights = g.constants[node.inputs[1]]
+        outputs, _, kh, kw = weights.shape
+        in_lanes = lanes if channels % lanes == 0 else channels
+        stem = node.name or "conv"
+        source = self.blocked_twin(x, in_lanes)
+        pads = [int(p) for p in node.attrs.get("pads") or [0, 0, 0, 0]]
+        if any(pads):
+            padded_shape = (n, channels // in_lanes, height + pads[0] + pads[2],
+                            width + pads[1] + pads[3], in_lanes)
+            padded = self._value(f"{stem}_blocked_padded", padded_shape)
+            amounts = g.add_constant(np.asarray([0, 0, pads[0], pads[1], 0,
+                                                 0, 0, pads[2], pads[3], 0], dtype=np.int64),
+                                     hint=f"{stem}_pads")
+            zero = g.add_constant(np.asarray(0.0, dtype=np.float32), hint=f"{stem}_pad_value")
+            self.nodes.append(Node("Pad", [source, amounts, zero], [padded],
+                                   {"mode": "constant"}, name=f"{stem}_pad"))
+            source = padded
+        w_blocked = weights.reshape(outputs // lanes, lanes, channels // in_lanes, in_lanes,
+                                    kh, kw).transpose(0, 2, 4, 5, 3, 1)
+        inputs = [source, g.add_constant(np.ascontiguousarray(w_blocked),
+                                         hint=f"{stem}_weights_blocked")]
+        if len([i for i in node.inputs if i]) > 2:
+            bias = g.constants[node.inputs[2]]
+            inputs.append(g.add_constant(np.ascontiguousarray(bias.reshape(-1, lanes)),
+                                         hint=f"{stem}_bias_blocked"))
+        out = self._value(f"{stem}_blocked_out", (n, outputs // lanes, out_shape[2],
+                                                 out_shape[3], lanes))
+        self.nodes.append(Node("ConvBlocked", inputs, [out],
+                               {"strides": list(node.attrs.get("strides") or [1, 1]),
+                                "dilations": list(node.attrs.get("dilations") or [1, 1])},
+                               name=stem))
+        self.blocked[y] = out
+        self.pending.add(y)
+        self.convolutions += 1
+
+    def elementwise(self, node: Node) -> bool:
+        """Run an elementwise node on blocked values where one of its inputs is blocked;
+        False (nothing done) where it cannot be."""
+        g = self.graph
+        if len(node.outputs) != 1 or node.domain not in ("", "ai.onnx", "ember") or \
+                node.implicit_inputs() or not any(name in self.blocked for name in node.inputs):
+            return False
+        definition = get_op(node.op)
+        if definition is None or definition.pattern > PatternKind.BROADCAST or \
+                definition.random:
+            return False
+        out_type = g.types.get(node.outputs[0])
+        if not _static_4d(out_type) or int(out_type.shape[1]) % self.lanes:
+            return False
+        shape = tuple(int(d) for d in out_type.shape)
+        plan = [self._operand(name, shape) for name in node.inputs]
+        if any(step is None for step in plan):
+            return False
+        inputs = [step() for step in plan]
+        out = self._value(f"{node.name or node.op}_blocked", self._blocked_shape(shape),
+                          out_type.dtype)
+        self.nodes.append(Node(node.op, inputs, [out], dict(node.attrs), name=node.name,
+                               domain=node.domain))
+        self.blocked[node.outputs[0]] = out
+        self.pending.add(node.outputs[0])
+        return True
+
+    def pool(self, node: Node) -> bool:
+        """Run a 2-D pool on a blocked value as a 3-D one whose last axis (the lanes) has a
+        window of one; False (nothing done) where it cannot be."""
+        g = self.graph
+        if node.op not in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool") or \
+                node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or \
+                node.inputs[0] not in self.blocked:
+            return False
+        in_type, out_type = g.types[node.inputs[0]], g.types.get(node.outputs[0])
+        if not _static_4d(out_type):
+            return False
+        height, width = (int(d) for d in in_type.shape[2:])
+        if node.op.startswith("Global"):
+            op = node.op.removeprefix("Global")
+            attrs = {"kernel_shape": [height, width, 1]}
+        else:
+            attrs = dict(node.attrs)
+            pads = list(attrs.get("pads") or [0, 0, 0, 0])
+            if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "") or len(pads) != 4 or \
+                    len(attrs.get("kernel_shape") or ()) != 2:
+                return False
+            op = node.op
+            attrs["kernel_shape"] = [*attrs["kernel_shape"], 1]
+            attrs["pads"] = [pads[0], pads[1], 0, pads[2], pads[3], 0]
+            for name in ("strides", "dilations"):
+                attrs[name] = [*(attrs.get(name) or [1, 1]), 1]
+        shape = tuple(int(d) for d in out_type.shape)
+        out = self._value(f"{node.name or op}_blocked", self._blocked_shape(shape),
+                          out_type.dtype)
+        self.nodes.append(Node(op, [self.blocked[node.inputs[0]]], [out], attrs,
+                               name=node.name))
+        self.blocked[node.outputs[0]] = out
+        self.pending.add(node.outputs[0])
+        return True
+
+    def keep(self, node: Node) -> None:
+        """A node that reads NCHW values: the blocked ones it reads are written back first."""
+        for name in [*node.inputs, *node.implicit_inputs()]:
+            self.need_plain(name)
+        self.nodes.append(node)
+
+    # ------------------------------------------------------------------ conversions
+
+    def need_plain(self, name: str) -> None:
+        """Write the NCHW value ``name`` from its blocked twin, if it has not been."""
+        if name not in self.pending:
+            return
+        self.pending.discard(name)
+        g = self.graph
+        shape = tuple(int(d) for d in g.types[name].shape)
+        n, channels, height, width = shape
+        split = self._value(f"{name}_channel_blocks",
+                            (n, channels // self.lanes, self.lanes, height, width),
+                            g.types[name].dtype)
+        self.nodes += [
+            Node("Transpose", [self.blocked[name]], [split], {"perm": [0, 1, 4, 2, 3]},
+                 name=f"{name}_from_blocked"),
+            Node("Reshape", [split, g.add_shape_constant(shape, hint=f"{name}_shape")], [name],
+                 name=f"{name}_join_channels"),
+        ]
+
+    def blocked_twin(self, name: str, lanes: int) -> str:
+        """The value ``name`` as ``(N, C/lanes, H, W, lanes)``: its twin in the region, or a
+        conversion (kept as its twin when ``lanes`` is the region's)."""
+        if lanes == self.lanes and name in self.blocked:
+            return self.blocked[name]
+        g = self.graph
+        n, channels, height, width = (int(d) for d in g.types[name].shape)
+        dtype = g.types[name].dtype
+        split = self._value(f"{name}_channel_blocks", (n, channels // lanes, lanes, height,
+                                                       width), dtype)
+        twin = self._value(f"{name}_blocked", (n, channels // lanes, height, width, lanes),
+                           dtype)
+        self.nodes += [
+            Node("Reshape", [name, g.add_shape_constant((n, channels // lanes, lanes, height,
+                                                         width), hint=f"{name}_split_shape")],
+                 [split], name=f"{name}_split_channels"),
+            Node("Transpose", [split], [twin], {"perm": [0, 1, 3, 4, 2]},
+                 name=f"{name}_to_blocked"),
+        ]
+        if lanes == self.lanes:
+            self.blocked[name] = twin
+        return twin
+
+    def _operand(self, name: str, shape: tuple[int, ...]):
+        """How input ``name`` of an elementwise node with output ``shape`` is read in the
+        blocked layout (a function giving the value to read), or None if it cannot be."""
+        g = self.graph
+        if not name:
+            return lambda: name
+        if name in self.blocked:
+            return lambda: self.blocked[name]
+        constant = g.constants.get(name)
+        if constant is not None:
+            if constant.size == 1 and constant.ndim <= 4:
+                return lambda: name  # a scalar broadcasts against any layout
+            channels = shape[1]
+            if constant.ndim in (3, 4) and constant.shape[-3:] == (channels, 1, 1) and \
+                    (constant.ndim == 3 or constant.shape[0] == 1):
+                blocked = np.ascontiguousarray(
+                    constant.reshape(1, channels // self.lanes, self.lanes, 1, 1)
+                    .transpose(0, 1, 3, 4, 2))
+                return lambda: g.add_constant(blocked, hint=f"{name}_blocked")
+            return None
+        value_type = g.types.get(name)
+        if _static_4d(value_type) and tuple(int(d) for d in value_type.shape) == shape:
+            return lambda: self.blocked_twin(name, self.lanes)
+        return None
+
+    def _blocked_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        n, channels, height, width = shape
+        return (n, channels // self.lanes, height, width, self.lanes)
+
+    def _value(self, hint: str, shape: tuple[int, ...],
+               dtype: DType = DType.FLOAT32) -> str:
+        name = self.graph.fresh_name(hint)
+        self.graph.types[name] = TensorType(dtype, shape)
+        return name

@@ -1,0 +1,211 @@
+"""Dense convolutions on channels blocked by the vector width (``passes/block_convolutions.py``)
+and the product that runs them (a GEMM whose A is read in place through a table of offsets):
+against ONNX Runtime on shapes no model names, the layout kept across elementwise ops and
+pools, converted once per value that leaves the region, and the kernel checked against its
+unscheduled loops by the loop interpreter."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember.core.dtypes import DType
+from ember.core.target import Target
+from ember.frontend.onnx import import_onnx
+from ember.ir.loop.functor import walk
+from ember.ir.loop.stmt import Gemm
+from ember.passes.block_convolutions import block_convolutions
+from ember.schedule.pipeline import schedule_kernel
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "lower"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "schedule"))
+
+from configs import kernel_space, random_config  # noqa: E402
+from loop_interpreter import run_outputs  # noqa: E402
+
+ort = pytest.importorskip("onnxruntime")
+RNG = np.random.default_rng(11)
+LANES = Target.native().lanes_for(DType.FLOAT32)
+
+
+def _model(nodes, inputs, initializers, outputs=("y",)) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
+        [numpy_helper.from_array(a, n) for n, a in initializers.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _against_ort(model: onnx.ModelProto, feeds: dict) -> ember.Module:
+    module = ember.compile(model)
+    ours = module.run(feeds)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    for name, theirs in zip(names, session.run(None, feeds)):
+        scale = max(1.0, float(np.abs(theirs).max()))
+        np.testing.assert_allclose(ours[name], theirs, rtol=1e-4, atol=2e-5 * scale,
+                                   err_msg=name)
+    return module
+
+
+def _ops(module: ember.Module) -> dict[str, int]:
+    return module.build.graph.op_histogram()
+
+
+def _randn(*shape) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+# Shapes no model names: kernel sizes 1-5, strides 1-3, dilations, asymmetric pads, inputs
+# of fewer channels than a vector (an image's three) and of several vectors, odd images.
+CASES = [
+    # batch, in, out, height, width, kernel, stride, dilation, pads
+    (1, 3, LANES, 19, 23, 3, 1, 1, (1, 1, 1, 1)),
+    (2, LANES, 2 * LANES, 11, 9, 3, 2, 1, (1, 0, 2, 1)),
+    (3, 2 * LANES, LANES, 7, 7, 1, 1, 1, (0, 0, 0, 0)),
+    (1, LANES, 3 * LANES, 13, 17, 5, 1, 2, (4, 4, 4, 4)),
+    (2, 5, LANES, 30, 30, 7, 3, 1, (3, 2, 3, 2)),
+    (1, 2 * LANES, 2 * LANES, 5, 40, 3, 1, 1, (0, 1, 0, 1)),
+]
+
+
+@pytest.mark.parametrize("batch, cin, cout, height, width, kernel, stride, dilation, pads",
+                         CASES)
+def test_a_blocked_convolution_computes_what_onnx_runtime_does(
+        batch, cin, cout, height, width, kernel, stride, dilation, pads):
+    x, w, b = _randn(batch, cin, height, width), _randn(cout, cin, kernel, kernel), _randn(cout)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[kernel, kernel],
+                              strides=[stride, stride], dilations=[dilation, dilation],
+                              pads=list(pads)),
+             helper.make_node("Relu", ["c"], ["y"])]
+    module = _against_ort(_model(nodes, [("x", list(x.shape))], {"w": w, "b": b}), {"x": x})
+    ops = _ops(module)
+    assert ops.get("ConvBlocked") == 1 and "Conv" not in ops
+    gemms = [n for impl in module.build.kernels for n in walk(impl.func.body)
+             if isinstance(n, Gemm)]
+    # the image is read where it lies, through the table of its reduction offsets
+    assert len(gemms) == 1 and (gemms[0].a_gathered or gemms[0].k == gemms[0].a_k_dims == ())
+    assert not gemms[0].knobs.pack_a and gemms[0].pack is None
+
+
+def test_the_layout_stays_blocked_between_convolutions_and_converts_at_the_edges():
+    """conv -> relu -> conv -> + residual -> relu -> max pool -> per-channel scale -> conv
+    (stride 2) -> global average pool: one conversion in, one out (and one for the extra
+    output that reads the middle of the region), all against ONNX Runtime."""
+    c = 2 * LANES
+    x = _randn(2, 3, 20, 20)
+    weights = {"w1": _randn(c, 3, 3, 3), "w2": _randn(c, c, 3, 3), "w3": _randn(c, c, 3, 3),
+               "w4": _randn(c, c, 3, 3), "scale": _randn(1, c, 1, 1),
+               "shift": np.float32(0.5) * np.ones((1, 1, 1, 1), np.float32)}
+    conv = lambda i, w, o, **a: helper.make_node(  # noqa: E731
+        "Conv", [i, w], [o], kernel_shape=[3, 3], pads=[1, 1, 1, 1], **a)
+    nodes = [conv("x", "w1", "a"), helper.make_node("Relu", ["a"], ["a_r"]),
+             conv("a_r", "w2", "b"), helper.make_node("Relu", ["b"], ["b_r"]),
+             conv("b_r", "w3", "c"), helper.make_node("Add", ["c", "a_r"], ["s"]),
+             helper.make_node("Relu", ["s"], ["middle"]),
+             helper.make_node("MaxPool", ["middle"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["p", "scale"], ["q"]),
+             helper.make_node("Add", ["q", "shift"], ["q2"]),
+             conv("q2", "w4", "d", strides=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["d"], ["y"])]
+    model = _model(nodes, [("x", list(x.shape))], weights, outputs=("y", "middle"))
+    module = _against_ort(model, {"x": x})
+    ops = _ops(module)
+    assert ops.get("ConvBlocked") == 4 and "Conv" not in ops
+    # in: the image; out: the pooled result and the middle output
+    assert ops.get("Transpose") == 3, ops
+    assert ops.get("MaxPool") == 1 and ops.get("AveragePool") == 1
+
+
+def test_what_does_not_qualify_keeps_its_nchw_convolution():
+    """Groups, output channels that are not whole vectors, input channels that are neither
+    whole vectors nor fewer than one, and a model input of dynamic size stay as they were."""
+    cases = [(2 * LANES, 2 * LANES, {"group": 2}), (LANES, LANES + 1, {}),
+             (LANES + 3, LANES, {})]
+    for cin, cout, attrs in cases:
+        groups = attrs.get("group", 1)
+        x, w = _randn(1, cin, 9, 9), _randn(cout, cin // groups, 3, 3)
+        node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3],
+                                pads=[1, 1, 1, 1], **attrs)
+        module = _against_ort(_model([node], [("x", list(x.shape))], {"w": w}), {"x": x})
+        assert "ConvBlocked" not in _ops(module), (cin, cout, attrs)
+    graph = import_onnx(_model([helper.make_node("Conv", ["x", "w"], ["y"],
+                                                 kernel_shape=[3, 3])],
+                               [("x", ["n", LANES, 9, 9])], {"w": _randn(LANES, LANES, 3, 3)}))
+    assert block_convolutions(graph, Target.native()) == 0
+
+
+@pytest.mark.parametrize("seed", [None, 1, 6])  # (1 and 6 take the template, kc < k)
+def test_the_blocked_kernel_matches_its_unscheduled_loops_in_the_interpreter(seed):
+    """The scheduled kernel (a Gemm reading its A through a walk of offsets), under the
+    default config and under random legal ones, computes what its unscheduled loops compute
+    in the loop interpreter: the template's semantics, not only its C."""
+    x = _randn(2, LANES, 6, 7)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3],
+                              strides=[1, 2], pads=[1, 0, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    module = ember.compile(_model(nodes, [("x", list(x.shape))],
+                                  {"w": _randn(2 * LANES, LANES, 3, 3),
+                                   "b": _randn(2 * LANES)}))
+    graph, rng = module.build.graph, np.random.default_rng(seed)
+    impl, = [impl for impl in module.build.kernels
+             if any(n.op == "ConvBlocked" for n in impl.nodes)]
+    constants = frozenset(i for i, name in enumerate(impl.group.inputs)
+                          if name in graph.constants)
+    config = None if seed is None else random_config(
+        impl.lowered, Target.native(), seed,
+        space=lambda f, t, c: kernel_space(f, t, c, constants))
+    scheduled = schedule_kernel(impl.lowered, Target.native(), config,
+                                constant_params=constants, verify=True)
+    gemms = [n for n in walk(scheduled.func.body) if isinstance(n, Gemm)]
+    # (a random config may keep the plain loops: gemm0.template=False)
+    assert all(gemm.a_gathered for gemm in gemms) and (gemms or seed is not None)
+    arrays = [graph.constants[name] if name in graph.constants else
+              rng.standard_normal(graph.types[name].shape).astype(np.float32)
+              for name in impl.group.inputs]
+    packed = list(arrays)
+    for prepack in scheduled.prepacks:
+        packed[prepack.param] = prepack.apply(arrays[prepack.param])
+    for got, want in zip(run_outputs(scheduled.func, packed), run_outputs(impl.lowered, arrays)):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=str(config))
+
+
+SANITIZED = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    sys.path.insert(0, sys.argv[1] + "/tests/passes")
+    import numpy as np
+    import ember
+    from onnx import helper
+    from test_block_convolutions import CASES, _model, _randn
+    from ember.interp import ReferenceExecutor
+    from ember.frontend.onnx import import_onnx
+    for batch, cin, cout, height, width, kernel, stride, dilation, pads in CASES:
+        x, w = _randn(batch, cin, height, width), _randn(cout, cin, kernel, kernel)
+        node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[kernel, kernel],
+                                strides=[stride, stride], dilations=[dilation, dilation],
+                                pads=list(pads))
+        model = _model([node], [("x", list(x.shape))], {"w": w})
+        module = ember.compile(model, sanitize=True)
+        assert any(n.op == "ConvBlocked" for n in module.build.graph.nodes)
+        expected = ReferenceExecutor(import_onnx(model)).run({"x": x})["y"]
+        np.testing.assert_allclose(module(x), expected, rtol=1e-4, atol=1e-4)
+    print("ok")
+""")
+
+
+def test_blocked_convolutions_are_clean_under_asan_and_ubsan(run_sanitized):
+    assert run_sanitized(SANITIZED).strip().endswith("ok")
