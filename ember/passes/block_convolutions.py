@@ -44,6 +44,7 @@ from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
+from ember.ops.compute.nn import MAX_WRITTEN_OUT_TAPS
 from ember.ops.registry import PatternKind, get_op
 
 
@@ -56,6 +57,9 @@ def block_convolutions(graph: Graph, target: Target | None) -> int:
     for node in graph.nodes:
         if _blockable(graph, node, lanes):
             region.convolution(node)
+        elif node.inputs and node.inputs[0] in region.blocked and \
+                _blockable_depthwise(graph, node, lanes):
+            region.depthwise(node)
         elif not (region.elementwise(node) or region.pool(node)):
             region.keep(node)
     for name in graph.outputs:
@@ -91,6 +95,30 @@ def _blockable(graph: Graph, node: Node, lanes: int) -> bool:
     return kernel == tuple(weights.shape[2:])
 
 
+def _blockable_depthwise(graph: Graph, node: Node, lanes: int) -> bool:
+    """A depthwise convolution ``DepthwiseConvBlocked`` runs: one filter per channel, the
+    channels whole vectors, at most ``MAX_WRITTEN_OUT_TAPS`` taps, constant weights."""
+    if node.op != "Conv" or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+        return False
+    inputs = [name for name in node.inputs if name]
+    x_type, y_type = graph.types.get(node.inputs[0]), graph.types.get(node.outputs[0])
+    weights = graph.constants.get(node.inputs[1]) if len(inputs) > 1 else None
+    bias = graph.constants.get(node.inputs[2]) if len(inputs) > 2 else None
+    if len(inputs) < 2 or inputs != node.inputs[:len(inputs)] or weights is None or \
+            not (_static_4d(x_type) and _static_4d(y_type)) or \
+            x_type.dtype is not DType.FLOAT32 or weights.dtype != np.float32 or \
+            weights.ndim != 4 or (len(inputs) > 2 and (bias is None or
+                                                       bias.shape != (weights.shape[0],))):
+        return False
+    channels = int(x_type.shape[1])
+    pads = list(node.attrs.get("pads") or [0, 0, 0, 0])
+    kernel = tuple(node.attrs.get("kernel_shape") or weights.shape[2:])
+    return int(node.attrs.get("group", 1)) == channels and channels % lanes == 0 and \
+        weights.shape[:2] == (channels, 1) and kernel == tuple(weights.shape[2:]) and \
+        kernel[0] * kernel[1] <= MAX_WRITTEN_OUT_TAPS and len(pads) == 4 and min(pads) >= 0 \
+        and node.attrs.get("auto_pad", "NOTSET") in ("NOTSET", "")
+
+
 def _static_4d(value_type: object) -> bool:
     return isinstance(value_type, TensorType) and value_type.is_static and \
         len(value_type.shape) == 4
@@ -118,19 +146,7 @@ class _Region:
         outputs, _, kh, kw = weights.shape
         in_lanes = lanes if channels % lanes == 0 else channels
         stem = node.name or "conv"
-        source = self.blocked_twin(x, in_lanes)
-        pads = [int(p) for p in node.attrs.get("pads") or [0, 0, 0, 0]]
-        if any(pads):
-            padded_shape = (n, channels // in_lanes, height + pads[0] + pads[2],
-                            width + pads[1] + pads[3], in_lanes)
-            padded = self._value(f"{stem}_blocked_padded", padded_shape)
-            amounts = g.add_constant(np.asarray([0, 0, pads[0], pads[1], 0,
-                                                 0, 0, pads[2], pads[3], 0], dtype=np.int64),
-                                     hint=f"{stem}_pads")
-            zero = g.add_constant(np.asarray(0.0, dtype=np.float32), hint=f"{stem}_pad_value")
-            self.nodes.append(Node("Pad", [source, amounts, zero], [padded],
-                                   {"mode": "constant"}, name=f"{stem}_pad"))
-            source = padded
+        source = self._padded(node, self.blocked_twin(x, in_lanes), stem)
         w_blocked = weights.reshape(outputs // lanes, lanes, channels // in_lanes, in_lanes,
                                     kh, kw).transpose(0, 2, 4, 5, 3, 1)
         inputs = [source, g.add_constant(np.ascontiguousarray(w_blocked),
@@ -148,6 +164,49 @@ class _Region:
         self.blocked[y] = out
         self.pending.add(y)
         self.convolutions += 1
+
+    def depthwise(self, node: Node) -> None:
+        """A depthwise convolution of a blocked value: ``DepthwiseConvBlocked``, one vector
+        of channels per pixel (``passes/block_depthwise.py`` has the op's measurements)."""
+        g, lanes = self.graph, self.lanes
+        y = node.outputs[0]
+        out_shape = tuple(int(d) for d in g.types[y].shape)
+        weights = g.constants[node.inputs[1]]
+        channels, _, kh, kw = weights.shape
+        stem = node.name or "dwconv"
+        source = self._padded(node, self.blocked[node.inputs[0]], stem)
+        inputs = [source, g.add_constant(np.ascontiguousarray(
+            weights.reshape(channels // lanes, lanes, kh, kw).transpose(0, 2, 3, 1)),
+            hint=f"{stem}_weights_blocked")]
+        if len([i for i in node.inputs if i]) > 2:
+            bias = g.constants[node.inputs[2]]
+            inputs.append(g.add_constant(np.ascontiguousarray(bias.reshape(-1, lanes)),
+                                         hint=f"{stem}_bias_blocked"))
+        out = self._value(f"{stem}_blocked_out", self._blocked_shape(out_shape))
+        self.nodes.append(Node("DepthwiseConvBlocked", inputs, [out],
+                               {"strides": list(node.attrs.get("strides") or [1, 1]),
+                                "dilations": list(node.attrs.get("dilations") or [1, 1])},
+                               name=stem))
+        self.blocked[y] = out
+        self.pending.add(y)
+
+    def _padded(self, node: Node, source: str, stem: str) -> str:
+        """The blocked value ``source`` with the convolution's pads around its image (a Pad
+        node, which the producer's kernel may store into), or itself when there are none."""
+        g = self.graph
+        pads = [int(p) for p in node.attrs.get("pads") or [0, 0, 0, 0]]
+        if not any(pads):
+            return source
+        n, blocks, height, width, lanes = (int(d) for d in g.types[source].shape)
+        padded = self._value(f"{stem}_blocked_padded", (n, blocks, height + pads[0] + pads[2],
+                                                        width + pads[1] + pads[3], lanes))
+        amounts = g.add_constant(np.asarray([0, 0, pads[0], pads[1], 0,
+                                             0, 0, pads[2], pads[3], 0], dtype=np.int64),
+                                 hint=f"{stem}_pads")
+        zero = g.add_constant(np.asarray(0.0, dtype=np.float32), hint=f"{stem}_pad_value")
+        self.nodes.append(Node("Pad", [source, amounts, zero], [padded], {"mode": "constant"},
+                               name=f"{stem}_pad"))
+        return padded
 
     def elementwise(self, node: Node) -> bool:
         """Run an elementwise node on blocked values where one of its inputs is blocked;
