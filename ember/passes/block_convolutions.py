@@ -48,6 +48,19 @@ from ember.ops.compute.nn import MAX_WRITTEN_OUT_TAPS
 from ember.ops.registry import PatternKind, get_op
 
 
+# Channels that are not whole vectors are padded with zero channels to whole ones when that
+# adds at most this share of work (see _pads_well).
+MAX_PADDED_CHANNELS = 1.5
+
+# Elementwise ops that give finite results for finite inputs: the zero channels a padded
+# value carries stay finite through them, so the next convolution's zero weights cancel them
+# (0 * inf would not).  A value with padded channels joins no other op.
+KEEPS_PADDING_FINITE = frozenset({
+    "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "HardSwish",
+    "Swish", "Gelu", "Elu", "Selu", "Celu", "Softsign", "Softplus", "Mish", "Identity", "Neg",
+    "Abs", "Add", "Sub", "Mul", "Max", "Min", "Sum", "Mean"})
+
+
 def block_convolutions(graph: Graph, target: Target | None) -> int:
     """Rewrite in place; returns how many convolutions were blocked."""
     lanes = (target or Target.native()).lanes_for(DType.FLOAT32)
@@ -87,12 +100,21 @@ def _blockable(graph: Graph, node: Node, lanes: int) -> bool:
     channels, outputs = int(x_type.shape[1]), int(weights.shape[0])
     attrs = node.attrs
     pads = list(attrs.get("pads") or [0, 0, 0, 0])
-    if int(attrs.get("group", 1)) != 1 or weights.shape[1] != channels or outputs % lanes or \
+    if int(attrs.get("group", 1)) != 1 or weights.shape[1] != channels or \
+            not _pads_well(outputs, lanes) or \
             attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "") or len(pads) != 4 or \
-            min(pads) < 0 or (channels % lanes and channels >= lanes):
+            min(pads) < 0 or (channels > lanes and not _pads_well(channels, lanes)):
         return False
     kernel = tuple(attrs.get("kernel_shape") or weights.shape[2:])
     return kernel == tuple(weights.shape[2:])
+
+
+def _pads_well(channels: int, lanes: int) -> bool:
+    """Whether ``channels`` fill their vectors well enough to run blocked: whole vectors, or
+    padded with zero channels to whole vectors at most ``MAX_PADDED_CHANNELS`` times as many
+    (24 channels as 32 of AVX-512's 16 lanes; 8 channels would be 16, twice the work)."""
+    padded = -(-channels // lanes) * lanes
+    return channels >= lanes and padded <= MAX_PADDED_CHANNELS * channels
 
 
 def _blockable_depthwise(graph: Graph, node: Node, lanes: int) -> bool:
@@ -113,7 +135,7 @@ def _blockable_depthwise(graph: Graph, node: Node, lanes: int) -> bool:
     channels = int(x_type.shape[1])
     pads = list(node.attrs.get("pads") or [0, 0, 0, 0])
     kernel = tuple(node.attrs.get("kernel_shape") or weights.shape[2:])
-    return int(node.attrs.get("group", 1)) == channels and channels % lanes == 0 and \
+    return int(node.attrs.get("group", 1)) == channels and _pads_well(channels, lanes) and \
         weights.shape[:2] == (channels, 1) and kernel == tuple(weights.shape[2:]) and \
         kernel[0] * kernel[1] <= MAX_WRITTEN_OUT_TAPS and len(pads) == 4 and min(pads) >= 0 \
         and node.attrs.get("auto_pad", "NOTSET") in ("NOTSET", "")
@@ -140,23 +162,27 @@ class _Region:
     def convolution(self, node: Node) -> None:
         g, lanes = self.graph, self.lanes
         x, y = node.inputs[0], node.outputs[0]
-        n, channels, height, width = (int(d) for d in g.types[x].shape)
+        channels = int(g.types[x].shape[1])
         out_shape = tuple(int(d) for d in g.types[y].shape)
         weights = g.constants[node.inputs[1]]
         outputs, _, kh, kw = weights.shape
-        in_lanes = lanes if channels % lanes == 0 else channels
+        in_lanes = lanes if channels >= lanes else channels
         stem = node.name or "conv"
         source = self._padded(node, self.blocked_twin(x, in_lanes), stem)
-        w_blocked = weights.reshape(outputs // lanes, lanes, channels // in_lanes, in_lanes,
-                                    kh, kw).transpose(0, 2, 4, 5, 3, 1)
+        in_blocks = int(g.types[source].shape[1])
+        out_blocks = -(-outputs // lanes)
+        # zero weights for the padded channels, in and out (a padded output channel is 0)
+        w = np.zeros((out_blocks * lanes, in_blocks * in_lanes, kh, kw), np.float32)
+        w[:outputs, :channels] = weights
+        w_blocked = w.reshape(out_blocks, lanes, in_blocks, in_lanes, kh, kw)\
+            .transpose(0, 2, 4, 5, 3, 1)
         inputs = [source, g.add_constant(np.ascontiguousarray(w_blocked),
                                          hint=f"{stem}_weights_blocked")]
         if len([i for i in node.inputs if i]) > 2:
-            bias = g.constants[node.inputs[2]]
-            inputs.append(g.add_constant(np.ascontiguousarray(bias.reshape(-1, lanes)),
+            inputs.append(g.add_constant(self._per_channel(g.constants[node.inputs[2]],
+                                                           out_blocks),
                                          hint=f"{stem}_bias_blocked"))
-        out = self._value(f"{stem}_blocked_out", (n, outputs // lanes, out_shape[2],
-                                                 out_shape[3], lanes))
+        out = self._value(f"{stem}_blocked_out", self._blocked_shape(out_shape))
         self.nodes.append(Node("ConvBlocked", inputs, [out],
                                {"strides": list(node.attrs.get("strides") or [1, 1]),
                                 "dilations": list(node.attrs.get("dilations") or [1, 1])},
@@ -175,12 +201,14 @@ class _Region:
         channels, _, kh, kw = weights.shape
         stem = node.name or "dwconv"
         source = self._padded(node, self.blocked[node.inputs[0]], stem)
+        blocks = int(g.types[source].shape[1])
+        w = np.zeros((blocks * lanes, kh, kw), np.float32)
+        w[:channels] = weights[:, 0]
         inputs = [source, g.add_constant(np.ascontiguousarray(
-            weights.reshape(channels // lanes, lanes, kh, kw).transpose(0, 2, 3, 1)),
+            w.reshape(blocks, lanes, kh, kw).transpose(0, 2, 3, 1)),
             hint=f"{stem}_weights_blocked")]
         if len([i for i in node.inputs if i]) > 2:
-            bias = g.constants[node.inputs[2]]
-            inputs.append(g.add_constant(np.ascontiguousarray(bias.reshape(-1, lanes)),
+            inputs.append(g.add_constant(self._per_channel(g.constants[node.inputs[2]], blocks),
                                          hint=f"{stem}_bias_blocked"))
         out = self._value(f"{stem}_blocked_out", self._blocked_shape(out_shape))
         self.nodes.append(Node("DepthwiseConvBlocked", inputs, [out],
@@ -220,9 +248,11 @@ class _Region:
                 definition.random:
             return False
         out_type = g.types.get(node.outputs[0])
-        if not _static_4d(out_type) or int(out_type.shape[1]) % self.lanes:
+        if not _static_4d(out_type) or not _pads_well(int(out_type.shape[1]), self.lanes):
             return False
         shape = tuple(int(d) for d in out_type.shape)
+        if shape[1] % self.lanes and node.op not in KEEPS_PADDING_FINITE:
+            return False
         plan = [self._operand(name, shape) for name in node.inputs]
         if any(step is None for step in plan):
             return False
@@ -286,15 +316,23 @@ class _Region:
         g = self.graph
         shape = tuple(int(d) for d in g.types[name].shape)
         n, channels, height, width = shape
-        split = self._value(f"{name}_channel_blocks",
-                            (n, channels // self.lanes, self.lanes, height, width),
-                            g.types[name].dtype)
+        dtype = g.types[name].dtype
+        twin_shape = tuple(int(d) for d in g.types[self.blocked[name]].shape)
+        blocks, lanes = twin_shape[1], twin_shape[4]
+        split = self._value(f"{name}_channel_blocks", (n, blocks, lanes, height, width), dtype)
+        padded = (n, blocks * lanes, height, width)
+        joined = self._value(f"{name}_padded_channels", padded, dtype) \
+            if padded != shape else name
         self.nodes += [
             Node("Transpose", [self.blocked[name]], [split], {"perm": [0, 1, 4, 2, 3]},
                  name=f"{name}_from_blocked"),
-            Node("Reshape", [split, g.add_shape_constant(shape, hint=f"{name}_shape")], [name],
-                 name=f"{name}_join_channels"),
+            Node("Reshape", [split, g.add_shape_constant(padded, hint=f"{name}_shape")],
+                 [joined], name=f"{name}_join_channels"),
         ]
+        if joined != name:  # the zero channels dropped
+            self.nodes.append(Node("Slice", [joined, *self._constants(
+                name, starts=[0], ends=[channels], axes=[1])], [name],
+                name=f"{name}_drop_padding"))
 
     def blocked_twin(self, name: str, lanes: int) -> str:
         """The value ``name`` as ``(N, C/lanes, H, W, lanes)``: its twin in the region, or a
@@ -304,13 +342,20 @@ class _Region:
         g = self.graph
         n, channels, height, width = (int(d) for d in g.types[name].shape)
         dtype = g.types[name].dtype
-        split = self._value(f"{name}_channel_blocks", (n, channels // lanes, lanes, height,
-                                                       width), dtype)
-        twin = self._value(f"{name}_blocked", (n, channels // lanes, height, width, lanes),
-                           dtype)
+        blocks = -(-channels // lanes)
+        source = name
+        if blocks * lanes != channels:  # zero channels up to whole vectors
+            source = self._value(f"{name}_padded_channels", (n, blocks * lanes, height, width),
+                                 dtype)
+            amounts = g.add_constant(np.asarray([0, 0, 0, 0, 0, blocks * lanes - channels, 0, 0],
+                                                dtype=np.int64), hint=f"{name}_channel_pads")
+            self.nodes.append(Node("Pad", [name, amounts], [source], {"mode": "constant"},
+                                   name=f"{name}_pad_channels"))
+        split = self._value(f"{name}_channel_blocks", (n, blocks, lanes, height, width), dtype)
+        twin = self._value(f"{name}_blocked", (n, blocks, height, width, lanes), dtype)
         self.nodes += [
-            Node("Reshape", [name, g.add_shape_constant((n, channels // lanes, lanes, height,
-                                                         width), hint=f"{name}_split_shape")],
+            Node("Reshape", [source, g.add_shape_constant((n, blocks, lanes, height, width),
+                                                          hint=f"{name}_split_shape")],
                  [split], name=f"{name}_split_channels"),
             Node("Transpose", [split], [twin], {"perm": [0, 1, 3, 4, 2]},
                  name=f"{name}_to_blocked"),
@@ -334,9 +379,9 @@ class _Region:
             channels = shape[1]
             if constant.ndim in (3, 4) and constant.shape[-3:] == (channels, 1, 1) and \
                     (constant.ndim == 3 or constant.shape[0] == 1):
-                blocked = np.ascontiguousarray(
-                    constant.reshape(1, channels // self.lanes, self.lanes, 1, 1)
-                    .transpose(0, 1, 3, 4, 2))
+                blocks = -(-channels // self.lanes)
+                blocked = self._per_channel(constant.reshape(channels), blocks)
+                blocked = blocked.reshape(1, blocks, 1, 1, self.lanes)
                 return lambda: g.add_constant(blocked, hint=f"{name}_blocked")
             return None
         value_type = g.types.get(name)
@@ -346,7 +391,17 @@ class _Region:
 
     def _blocked_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         n, channels, height, width = shape
-        return (n, channels // self.lanes, height, width, self.lanes)
+        return (n, -(-channels // self.lanes), height, width, self.lanes)
+
+    def _per_channel(self, values: np.ndarray, blocks: int) -> np.ndarray:
+        """Per-channel ``values`` as ``(blocks, lanes)``, zero for the padded channels."""
+        padded = np.zeros(blocks * self.lanes, dtype=values.dtype)
+        padded[:values.size] = values.reshape(-1)
+        return padded.reshape(blocks, self.lanes)
+
+    def _constants(self, stem: str, **arrays: list[int]) -> list[str]:
+        return [self.graph.add_constant(np.asarray(values, dtype=np.int64),
+                                        hint=f"{stem}_{key}") for key, values in arrays.items()]
 
     def _value(self, hint: str, shape: tuple[int, ...],
                dtype: DType = DType.FLOAT32) -> str:

@@ -130,6 +130,61 @@ def test_the_layout_stays_blocked_between_convolutions_and_converts_at_the_edges
     assert ops.get("MaxPool") == 1 and ops.get("AveragePool") == 1
 
 
+@pytest.mark.parametrize("stride, kernel", [(1, 3), (2, 3), (1, 5)])
+def test_depthwise_convolutions_between_blocked_ones_run_blocked(stride, kernel):
+    """An inverted residual block (1x1 expansion, Clip, depthwise, Clip, 1x1 projection,
+    residual Add when the stride is one): the depthwise convolution reads the blocked
+    expansion and runs as DepthwiseConvBlocked, with no conversion between them."""
+    c, wide = LANES, 3 * LANES
+    x = _randn(2, c, 13, 11)
+    pad = kernel // 2
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["e"], kernel_shape=[1, 1]),
+             helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+             helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], kernel_shape=[kernel, kernel],
+                              strides=[stride, stride], pads=[pad] * 4, group=wide),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+             helper.make_node("Conv", ["d6", "w2"], ["p" if stride == 1 else "y"],
+                              kernel_shape=[1, 1])]
+    if stride == 1:
+        nodes.append(helper.make_node("Add", ["p", "x"], ["y"]))
+    weights = {"w1": _randn(wide, c, 1, 1), "b1": _randn(wide),
+               "wd": _randn(wide, 1, kernel, kernel), "bd": _randn(wide),
+               "w2": _randn(c, wide, 1, 1), "lo": np.float32(0), "hi": np.float32(6)}
+    module = _against_ort(_model(nodes, [("x", list(x.shape))], weights), {"x": x})
+    ops = _ops(module)
+    assert ops.get("ConvBlocked") == 2 and ops.get("DepthwiseConvBlocked") == 1, ops
+    assert ops.get("Transpose") == 2 and "Conv" not in ops, ops
+
+
+def test_channels_that_are_not_whole_vectors_are_padded_with_zero_channels():
+    """1.5 vectors of channels (24 of AVX-512's 16 lanes) run as two, the extra channels zero:
+    a projection to them, a residual Add, a depthwise convolution and a Clip on them, a
+    convolution reading them, a per-channel scale, and two outputs that drop the padding --
+    against ONNX Runtime; no op that could turn a zero channel into inf or NaN (a Div by a
+    per-channel constant) runs on them."""
+    c = LANES + LANES // 2
+    x = _randn(2, 2 * LANES, 9, 10)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["p"], kernel_shape=[1, 1]),
+             helper.make_node("Add", ["p", "skip"], ["s"]),
+             helper.make_node("Conv", ["s", "wd"], ["d"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1], group=c),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+             helper.make_node("Mul", ["d6", "scale"], ["m"]),
+             helper.make_node("Conv", ["m", "w2"], ["y"], kernel_shape=[3, 3], strides=[2, 2]),
+             helper.make_node("Div", ["s", "divisor"], ["z"])]
+    weights = {"w1": _randn(c, 2 * LANES, 1, 1), "b1": _randn(c), "wd": _randn(c, 1, 3, 3),
+               "w2": _randn(2 * LANES, c, 3, 3), "scale": _randn(1, c, 1, 1),
+               "divisor": np.abs(_randn(1, c, 1, 1)) + 1, "lo": np.float32(0),
+               "hi": np.float32(6)}
+    skip = _randn(2, c, 9, 10)
+    model = _model(nodes, [("x", list(x.shape)), ("skip", list(skip.shape))], weights,
+                   outputs=("y", "z", "d6"))
+    module = _against_ort(model, {"x": x, "skip": skip})
+    ops = _ops(module)
+    assert ops.get("ConvBlocked") == 2 and ops.get("DepthwiseConvBlocked") == 1, ops
+    assert ops.get("Div") == 1 and ops.get("Slice") == 2, ops  # z and d6 drop the padding
+
+
 def test_what_does_not_qualify_keeps_its_nchw_convolution():
     """Groups, output channels that are not whole vectors, input channels that are neither
     whole vectors nor fewer than one, and a model input of dynamic size stay as they were."""
