@@ -73,7 +73,7 @@ def block_convolutions(graph: Graph, target: Target | None) -> int:
         elif node.inputs and node.inputs[0] in region.blocked and \
                 _blockable_depthwise(graph, node, lanes):
             region.depthwise(node)
-        elif not (region.elementwise(node) or region.pool(node)):
+        elif not (region.elementwise(node) or region.pool(node) or region.split(node)):
             region.keep(node)
     for name in graph.outputs:
         region.need_plain(name)
@@ -298,6 +298,34 @@ class _Region:
                                name=node.name))
         self.blocked[node.outputs[0]] = out
         self.pending.add(node.outputs[0])
+        return True
+
+    def split(self, node: Node) -> bool:
+        """Split a blocked value along its channels (horizontally fused 1x1 convolutions:
+        ResNet's first projection and shortcut of a stage) where every part is whole
+        vectors of channels; False (nothing done) where it cannot be."""
+        g = self.graph
+        if node.op != "Split" or node.domain not in ("", "ai.onnx") or \
+                not node.inputs or node.inputs[0] not in self.blocked or \
+                len(node.inputs) < 2 or node.inputs[1] not in g.constants:
+            return False
+        in_type = g.types[node.inputs[0]]
+        axis = int(node.attrs.get("axis", 0))
+        sizes = [int(s) for s in g.constants[node.inputs[1]].reshape(-1)]
+        if axis not in (1, -3) or int(in_type.shape[1]) % self.lanes or \
+                any(size % self.lanes for size in sizes) or len(sizes) != len(node.outputs) or \
+                sum(sizes) != int(in_type.shape[1]) or not all(node.outputs):
+            return False
+        outs = [self._value(f"{name}_blocked",
+                            self._blocked_shape(tuple(int(d) for d in g.types[name].shape)),
+                            in_type.dtype) for name in node.outputs]
+        blocks = g.add_constant(np.asarray([size // self.lanes for size in sizes], np.int64),
+                                hint=f"{node.name or 'split'}_blocks")
+        self.nodes.append(Node("Split", [self.blocked[node.inputs[0]], blocks], outs,
+                               {"axis": 1}, name=node.name))
+        for name, out in zip(node.outputs, outs):
+            self.blocked[name] = out
+            self.pending.add(name)
         return True
 
     def keep(self, node: Node) -> None:

@@ -185,6 +185,26 @@ def test_channels_that_are_not_whole_vectors_are_padded_with_zero_channels():
     assert ops.get("Div") == 1 and ops.get("Slice") == 2, ops  # z and d6 drop the padding
 
 
+def test_sibling_convolutions_fused_horizontally_split_in_the_blocked_layout():
+    """Two 1x1 convolutions of one value (a bottleneck's projection and shortcut) become one
+    convolution and a Split (``fuse_horizontal``); the Split takes whole vectors of channels
+    from the blocked result, so nothing converts in between."""
+    c = LANES
+    x = _randn(1, c, 10, 12)
+    conv = lambda i, w, o, k: helper.make_node(  # noqa: E731
+        "Conv", [i, w], [o], kernel_shape=[k, k], pads=[k // 2] * 4)
+    nodes = [conv("x", "wa", "a", 3), helper.make_node("Relu", ["a"], ["ar"]),
+             conv("ar", "wp", "p", 1), conv("ar", "wq", "q", 1),
+             helper.make_node("Relu", ["p"], ["pr"]), conv("pr", "wp2", "p2", 3),
+             helper.make_node("Add", ["p2", "q"], ["y"])]
+    weights = {"wa": _randn(c, c, 3, 3), "wp": _randn(2 * c, c, 1, 1),
+               "wq": _randn(c, c, 1, 1), "wp2": _randn(c, 2 * c, 3, 3)}
+    module = _against_ort(_model(nodes, [("x", list(x.shape))], weights), {"x": x})
+    ops = _ops(module)
+    assert ops.get("Split") == 1 and ops.get("ConvBlocked") == 3, ops
+    assert ops.get("Transpose") == 2, ops
+
+
 def test_what_does_not_qualify_keeps_its_nchw_convolution():
     """Groups, output channels that are not whole vectors, input channels that are neither
     whole vectors nor fewer than one, and a model input of dynamic size stay as they were."""
