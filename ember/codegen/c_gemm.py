@@ -269,12 +269,15 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
 
     def kernels_of(vectors: int, indirect: bool = False) -> dict[int, str]:
         strip = nr if turned else mr
-        if s.a_gathered:
-            # (inlined: one per height a strip has -- the full tile and the last strip's)
-            heights = range(1, most_rows + 1) if is_traced(s.m) else \
-                sorted({most_rows, s.m % mr or most_rows})
+        if not shared and not turned and not is_traced(s.m):
+            # (inlined: one per height a strip has -- the full tile and the last strip's;
+            # a task's rows start at a multiple of the tile's)
+            heights = sorted({most_rows, s.m % mr or most_rows})
             return {rows: micro_kernel(em.ctx.helpers, rows, vectors, lanes, indirect,
-                                       a_indirect=True) for rows in heights}
+                                       a_indirect=s.a_gathered) for rows in heights}
+        if s.a_gathered:  # (a traced M: every height)
+            return {rows: micro_kernel(em.ctx.helpers, rows, vectors, lanes, indirect,
+                                       a_indirect=True) for rows in range(1, most_rows + 1)}
         if shared:
             em.ctx.shared_gemm_tiles.add((vectors, lanes, strip))
             return {rows: packed_micro_kernel(em.ctx.helpers, rows, vectors, lanes, strip,

@@ -221,7 +221,7 @@ class GemmChooser:
 
     def knobs(self, index: int, shape: GemmShape) -> GemmKnobs | None:
         """The blocking of product ``index``, or None to keep its plain loops."""
-        if shape.a_gathered:
+        if reads_a_in_place(shape, self.target):
             return gathered_a_knobs(shape, self.target) \
                 if template_pays(shape, self.target) else None
         if fold_pays(shape, self.target):
@@ -258,6 +258,20 @@ def vector_rows_pay(shape: GemmShape, target: Target) -> bool:
         return -(-size // lanes) * lanes / size
 
     return waste(shape.n) >= VECTOR_ROWS_MIN_GAIN * waste(shape.m)
+
+
+def reads_a_in_place(shape: GemmShape, target: Target) -> bool:
+    """Whether the product reads A where it lies, never copied, on a tall tile of one or two
+    vectors (:func:`gathered_a_knobs`): its reduction walks A through a table of offsets
+    (``a_gathered``, a blocked convolution), or its columns are one vector whose B needs no
+    packing (a blocked 1x1 convolution, its pixels merged into one run of rows: each row of
+    A meets one panel only, so copying it into strips costs what the product does, and the
+    usual two-vector tile would multiply as many zero columns)."""
+    if shape.a_gathered:
+        return True
+    return not (is_traced(shape.n) or shape.a_prepacked or shape.foldable) and \
+        shape.n == target.lanes_for(DType.FLOAT32) and \
+        (shape.b_prepacked or shape.b_rows_contiguous)
 
 
 def gathered_a_tiles(target: Target, n: int) -> list[tuple[int, int]]:
@@ -367,7 +381,7 @@ def template_pays(shape: GemmShape, target: Target) -> bool:
     if shape.n < target.lanes_for(DType.FLOAT32) or \
             shape.m * shape.n * shape.k * shape.products < MIN_GEMM_WORK:
         return False
-    if shape.a_gathered:  # A is never copied: B must be packed already or read in place
+    if reads_a_in_place(shape, target):  # B must be packed already or read in place
         return shape.b_prepacked or shape.b_rows_contiguous
     return shape.b_prepacked or shape.m >= MIN_ROWS_TO_PACK
 

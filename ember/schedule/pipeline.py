@@ -41,7 +41,7 @@ from ember.schedule.config import Decisions, KernelConfig, Knob
 from ember.schedule.default import default_schedule
 from ember.schedule.gemm import (GemmChooser, GemmShape, Prepack, default_parallel,
                                  fold_columns_limit, fold_pays, gathered_a_knobs,
-                                 gathered_a_tiles, panels_in_place_legal,
+                                 gathered_a_tiles, panels_in_place_legal, reads_a_in_place,
                                  template_pays, tile_choices, vector_rows_knobs,
                                  vector_rows_pay, vector_rows_tiles)
 from ember.schedule.primitives import Schedule, Trace
@@ -227,7 +227,7 @@ class _ConfigGemmChooser(GemmChooser):
                    [False, True],
                    "run the product on the blocked GEMM template (else its plain loops)"):
             return None
-        if shape.a_gathered:
+        if reads_a_in_place(shape, self.target):
             return self._gathered_a_knobs(name, shape)
         fold = shape.foldable and ask(
             f"{name}.fold_batch", fold_default, [False, True],

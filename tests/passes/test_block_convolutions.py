@@ -78,6 +78,7 @@ CASES = [
     (1, LANES, 3 * LANES, 13, 17, 5, 1, 2, (4, 4, 4, 4)),
     (2, 5, LANES, 30, 30, 7, 3, 1, (3, 2, 3, 2)),
     (1, 2 * LANES, 2 * LANES, 5, 40, 3, 1, 1, (0, 1, 0, 1)),
+    (2, LANES, 2 * LANES, 6, 9, 1, 1, 1, (0, 0, 0, 0)),  # pixels merged: A one stride
 ]
 
 
@@ -95,9 +96,11 @@ def test_a_blocked_convolution_computes_what_onnx_runtime_does(
     assert ops.get("ConvBlocked") == 1 and "Conv" not in ops
     gemms = [n for impl in module.build.kernels for n in walk(impl.func.body)
              if isinstance(n, Gemm)]
-    # the image is read where it lies, through the table of its reduction offsets
-    assert len(gemms) == 1 and (gemms[0].a_gathered or gemms[0].k == gemms[0].a_k_dims == ())
-    assert not gemms[0].knobs.pack_a and gemms[0].pack is None
+    # the image is read where it lies (through a table of its reduction offsets when they
+    # are not one stride), nothing is packed at run time, the tile is one vector wide
+    gemm, = gemms
+    assert gemm.a_gathered == (cin > LANES or kernel > 1)
+    assert not gemm.knobs.pack_a and gemm.pack is None and gemm.knobs.nr == LANES
 
 
 def test_the_layout_stays_blocked_between_convolutions_and_converts_at_the_edges():
