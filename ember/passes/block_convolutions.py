@@ -22,16 +22,30 @@ stride-2 16 -> 32 at 8x8 (batch 8) 218 against 119 for the NCHW kernel.
 
 The conversions cost a pass over the tensor each, so the layout is kept across what does not
 care about it: the region of blocked values grows through elementwise and broadcasting ops
-(an activation, a residual Add, a per-channel scale) and into the next convolution, and a
-value goes back to NCHW only where something else reads it (a pool, a reshape, a graph
-output) -- once, however many such readers it has.  An elementwise op joins the region when
-one of its inputs is blocked; its other inputs join as they are (a scalar), blocked at
-compile time (a per-channel constant), or converted (a tensor of the output's shape: a
-residual branch from outside the region).
+(an activation, a residual Add, a per-channel scale), pools (a 2-D pool of a blocked value is
+a 3-D one whose window along the lanes is one wide), depthwise convolutions
+(``DepthwiseConvBlocked``), Splits along whole vectors of channels (horizontally fused 1x1
+convolutions) and into the next convolution; a value goes back to NCHW only where something
+else reads it (a reshape, a graph output) -- once, however many such readers it has.  An
+elementwise op joins the region when one of its inputs is blocked; its other inputs join as
+they are (a scalar), blocked at compile time (a per-channel constant), or converted (a
+tensor of the output's shape: a residual branch from outside the region).
+
+Channels that are not whole vectors (MobileNetV2's 24 of AVX-512's 16 lanes) are padded with
+zero channels up to whole vectors when that adds at most half again the work
+(``MAX_PADDED_CHANNELS``): a convolution's weights and bias are zero there, so its padded
+channels are 0, the next convolution's zero weights cancel them, and they are dropped (a
+Slice) where the value leaves the region.  Only ops that keep finite values finite
+(``KEEPS_PADDING_FINITE``) run on a padded value: ``0 * inf`` would not cancel.
+
+Measured in one process against the NCHW build (``block_convolutions`` off), interleaved:
+ResNet-18 b1 17.9 vs 20.7 ms, ResNet-50 b1 40.0 vs 47.5 ms, MobileNetV2 b1 4.3 vs 5.0 ms and
+b16 78 vs 90 ms.
 
 Only plain convolutions qualify: 2-D, float32, static shapes, constant weights (and bias),
-one group, explicit ``pads`` (no ``auto_pad``), output channels a multiple of ``L``, input
-channels a multiple of ``L`` or fewer than ``L``.
+one group (or one filter per channel, in the region), explicit ``pads`` (no ``auto_pad``),
+output channels at least ``L`` and padding well, input channels fewer than ``L`` or padding
+well.
 """
 
 from __future__ import annotations

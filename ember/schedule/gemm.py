@@ -269,7 +269,10 @@ def reads_a_in_place(shape: GemmShape, target: Target) -> bool:
     usual two-vector tile would multiply as many zero columns)."""
     if shape.a_gathered:
         return True
-    return not (is_traced(shape.n) or shape.a_prepacked or shape.foldable) and \
+    # (sizes known at compile time only: a blocked convolution's always are, and a traced
+    # product keeps the blocking its class plans)
+    return not (is_traced(shape.m) or is_traced(shape.n) or is_traced(shape.k) or
+                shape.a_prepacked or shape.foldable) and \
         shape.n == target.lanes_for(DType.FLOAT32) and \
         (shape.b_prepacked or shape.b_rows_contiguous)
 
@@ -300,7 +303,7 @@ def gathered_a_knobs(shape: GemmShape, target: Target,
         tiles = gathered_a_tiles(target, shape.n)
         nr = max(cols for _, cols in tiles) if plain(shape.n) > tiles[0][1] else tiles[0][1]
         tallest = max(rows for rows, cols in tiles if cols == nr)
-        m = plain(shape.m)
+        m = size_class(shape.m)  # (a traced size: planned for its class)
         strips = -(-m // tallest)
         tile = (-(-m // strips), nr)
     knobs = default_knobs(shape.m, shape.n, shape.k, shape.batch, target, tile)
