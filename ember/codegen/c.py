@@ -545,8 +545,12 @@ class _KernelEmitter:
     @staticmethod
     def _pragmas(s: For) -> list[str]:
         if s.kind is ForKind.VECTORIZED:
+            # (an "unroll" annotation keeps GCC from unrolling the loop before it vectorizes:
+            # a loop of one vector's length, unrolled, left GCC vectorizing the loop around
+            # it instead, through transposes)
+            keep = ["#pragma GCC unroll 1"] if dict(s.annotations).get("unroll") == 1 else []
             return ["#if defined(__clang__)", "#pragma clang loop vectorize(assume_safety)",
-                    "#elif defined(__GNUC__)", "#pragma GCC ivdep", "#endif"]
+                    "#elif defined(__GNUC__)", "#pragma GCC ivdep", *keep, "#endif"]
         if s.kind is ForKind.UNROLLED:
             factor = dict(s.annotations).get("unroll")
             if factor is None:

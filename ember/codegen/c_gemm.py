@@ -439,8 +439,12 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
                     line(body, "}")
                 elif s.finish is not None:
                     line(body, f"if ({pc} + {kc} == {s.k}) {{")
-                    _emit_epilogue(em, s, body + 1,
-                                   {"i0": i0, "j0": j0, "rows": rows, "cols": cols})
+                    # (one vector of columns, always full -- a blocked convolution's lanes:
+                    # each row of the epilogue is one vector operation)
+                    one_vector = s.n == nr == lanes and not is_traced(s.n)
+                    _emit_epilogue(em, s, body + 1, {"i0": i0, "j0": j0, "rows": rows,
+                                                     "cols": str(nr) if one_vector else cols},
+                                   one_vector=one_vector)
                     line(body, "}")
             for level in range(inner + 2, inner - 1, -1):
                 line(level, "}")
@@ -724,12 +728,16 @@ def _batch_bindings(em: "_KernelEmitter", s: Gemm | None, linear: str,
 
 
 def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, str],
-                   scratch: tuple[str, int, int] | None = None) -> None:
+                   scratch: tuple[str, int, int] | None = None,
+                   one_vector: bool = False) -> None:
     """The fused epilogue on a finished tile, ``t = finish(t)`` over rows x cols: the tile
     where it was stored in the output, or, with ``scratch`` (its C pointer, row stride and
     column stride), where it lies in the task's scratch (a product whose batch is not
     folded: its epilogue does not change along a row).  The inner loop runs along the
-    tile's consecutive elements."""
+    tile's consecutive elements; with ``one_vector`` (``cols`` is the vector width) it is
+    one vector operation per row, which the C compiler is kept from unrolling first (GCC then
+    vectorized the row loop around it, through transposes: a blocked 1x1 convolution's
+    bias took half its time)."""
     from ember.codegen.c import _Binding
 
     i0, j0, rows, cols = (Var(f"gemm_{n}", INDEX) for n in ("i0", "j0", "rows", "cols"))
@@ -747,8 +755,10 @@ def _emit_epilogue(em: "_KernelEmitter", s: Gemm, depth: int, names: dict[str, s
         loop = For(c, _zero(), cols, ForKind.SERIAL,
                    For(r, _zero(), rows, ForKind.VECTORIZED, Store(tile, index, value)))
     else:
+        keep = (("unroll", 1),) if one_vector else ()
         loop = For(r, _zero(), rows, ForKind.SERIAL,
-                   For(c, _zero(), cols, ForKind.VECTORIZED, Store(tile, index, value)))
+                   For(c, _zero(), cols, ForKind.VECTORIZED, Store(tile, index, value),
+                       annotations=keep))
     # (A constant-width loop for full tiles was tried: GCC then made the Relu/Clip epilogues
     # of ResNet-18's convolutions slower, 34 -> 48 ms for the model.)
     with ExitStack() as scope:
