@@ -114,7 +114,6 @@ def deadline() -> Callable[[int], ContextManager[None]]:
     return within
 
 
-
 @pytest.fixture
 def nchw_convolutions(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dense convolutions stay in NCHW (``block_convolutions`` blocks none): for tests of the

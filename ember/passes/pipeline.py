@@ -69,9 +69,10 @@ BLOCK_DEPTHWISE = GraphPass("block_depthwise_convolutions",
                             "depthwise convolutions over narrow images -> channels blocked by "
                             "the vector width (NCHWc), between two transposes")
 BLOCK_CONVOLUTIONS = GraphPass("block_convolutions",
-                                lambda graph, ctx: block_convolutions(graph, ctx.target),
-                                "dense convolutions -> channels blocked by the vector width "
-                                "(NCHWc), kept blocked through elementwise ops between them")
+                               lambda graph, ctx: block_convolutions(graph, ctx.target),
+                               "dense convolutions -> channels blocked by the vector width "
+                               "(NCHWc), kept blocked through elementwise ops, pools and "
+                               "depthwise convolutions between them")
 FUSE = GraphPass("fuse",
                  lambda graph, ctx: fuse(graph, ctx.kernel_support or op_has_compute),
                  "group nodes into kernels (graph.groups); must run last: it does not "
