@@ -435,6 +435,20 @@ def depthwise_conv_blocked(ctx, x, w, b=None, *, strides, dilations):
 # ----------------------------------------------------------------------------- blocked dense
 
 
+def _check_blocked_groups(ctx: Context, x_shape: Sequence[Dim], w_shape: Sequence[Dim],
+                          group: int) -> None:
+    """That X's channel blocks are the groups' (W's second dim each) and its lanes W's."""
+    if group < 1:
+        raise ctx.error(f"group must be positive, got {group}")
+    for what, xd, wd in (("input channel blocks", x_shape[1], w_shape[1] * group
+                          if isinstance(w_shape[1], int) else None),
+                         ("input lanes", x_shape[4], w_shape[4])):
+        if isinstance(xd, int) and isinstance(wd, int) and xd != wd:
+            raise ctx.error(f"X and W disagree on the {what} (group {group}): {xd} and {wd}")
+    if isinstance(w_shape[0], int) and w_shape[0] % group:
+        raise ctx.error(f"{w_shape[0]} output channel blocks do not split into {group} groups")
+
+
 def _blocked_type(ctx: InferContext) -> list[ValueType | None]:
     x, w, b = optional_tensor(ctx, 0), optional_tensor(ctx, 1), optional_tensor(ctx, 2)
     if x is None or w is None or x.shape is None or w.shape is None:
@@ -445,10 +459,8 @@ def _blocked_type(ctx: InferContext) -> list[ValueType | None]:
     if len(x.shape) != 5 or len(w.shape) != 6:
         raise ctx.error(f"X must be (N, C/Li, H, W, Li) and W (M/Lo, C/Li, KH, KW, Li, Lo), "
                         f"got ranks {len(x.shape)} and {len(w.shape)}")
-    for what, xd, wd in (("input channel blocks", x.shape[1], w.shape[1]),
-                         ("input lanes", x.shape[4], w.shape[4])):
-        if isinstance(xd, int) and isinstance(wd, int) and xd != wd:
-            raise ctx.error(f"X and W disagree on the {what}: {xd} and {wd}")
+    group = int(ctx.attrs["group"])
+    _check_blocked_groups(ctx, x.shape, w.shape, group)
     oh, ow = _depthwise_blocked_geometry(ctx, x.shape, (w.shape[0],) + tuple(w.shape[2:5]),
                                          ctx.attrs["strides"], ctx.attrs["dilations"],
                                          check_lanes=False)
@@ -459,25 +471,32 @@ def _blocked_type(ctx: InferContext) -> list[ValueType | None]:
 
 
 @op("ConvBlocked", family="conv", infer=_blocked_type,
-    attrs={"strides": Attr.ints([1, 1]), "dilations": Attr.ints([1, 1])})
-def conv_blocked(ctx, x, w, b=None, *, strides, dilations):
-    """A dense 2-D convolution over channels blocked by the vector width (ember's own op,
-    made by ``passes/block_convolutions.py``; no frontend maps to it): ``X`` is
-    ``(N, C/Li, H, W, Li)`` (padding applied before), ``W`` ``(M/Lo, C/Li, KH, KW, Li, Lo)``,
+    attrs={"strides": Attr.ints([1, 1]), "dilations": Attr.ints([1, 1]), "group": Attr.int(1)})
+def conv_blocked(ctx, x, w, b=None, *, strides, dilations, group):
+    """A 2-D convolution over channels blocked by the vector width (ember's own op, made by
+    ``passes/block_convolutions.py``; no frontend maps to it): ``X`` is
+    ``(N, C/Li, H, W, Li)`` (padding applied before), ``W`` ``(M/Lo, C/G/Li, KH, KW, Li, Lo)``,
     ``B`` ``(M/Lo, Lo)``, and ``Y[n, mb, oh, ow, lo] = sum over (cb, kh, kw, li) of
-    X[n, cb, oh*sh + kh*dh, ow*sw + kw*dw, li] * W[mb, cb, kh, kw, li, lo] + B[mb, lo]``."""
+    X[n, g * C/G/Li + cb, oh*sh + kh*dh, ow*sw + kw*dw, li] * W[mb, cb, kh, kw, li, lo] +
+    B[mb, lo]``, ``g = mb // (M/G/Lo)`` the group of output block ``mb``."""
     w_taps = (w.shape[0],) + tuple(w.shape[2:5])
     oh, ow = _depthwise_blocked_geometry(ctx, x.shape, w_taps, strides, dilations,
                                          check_lanes=False)
+    _check_blocked_groups(ctx, x.shape, w.shape, group)
     work = compute_dtype(x.dtype)
     total = np.zeros((x.shape[0], w.shape[0], oh, ow, w.shape[5]), dtype=work)
-    for kh in range(w.shape[2]):
-        for kw in range(w.shape[3]):
-            top, left = kh * dilations[0], kw * dilations[1]
-            window = x[:, :, top:top + (oh - 1) * strides[0] + 1:strides[0],
-                       left:left + (ow - 1) * strides[1] + 1:strides[1], :].astype(work)
-            # (n, cb, oh, ow, li) x (mb, cb, li, lo) -> (n, mb, oh, ow, lo)
-            total += np.einsum("ncyxi,mcio->nmyxo", window, w[:, :, kh, kw].astype(work))
+    in_blocks, out_blocks = w.shape[1], w.shape[0] // group
+    for g in range(group):
+        source = x[:, g * in_blocks:(g + 1) * in_blocks]
+        outs = slice(g * out_blocks, (g + 1) * out_blocks)
+        for kh in range(w.shape[2]):
+            for kw in range(w.shape[3]):
+                top, left = kh * dilations[0], kw * dilations[1]
+                window = source[:, :, top:top + (oh - 1) * strides[0] + 1:strides[0],
+                                left:left + (ow - 1) * strides[1] + 1:strides[1], :].astype(work)
+                # (n, cb, oh, ow, li) x (mb, cb, li, lo) -> (n, mb, oh, ow, lo)
+                total[:, outs] += np.einsum("ncyxi,mcio->nmyxo", window,
+                                            w[outs, :, kh, kw].astype(work))
     if b is not None:
         total = total + b.astype(work)[None, :, None, None, :]
     return total.astype(x.dtype, copy=False)

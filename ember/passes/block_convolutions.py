@@ -43,9 +43,11 @@ ResNet-18 b1 17.9 vs 20.7 ms, ResNet-50 b1 40.0 vs 47.5 ms, MobileNetV2 b1 4.3 v
 b16 78 vs 90 ms.
 
 Only plain convolutions qualify: 2-D, float32, static shapes, constant weights (and bias),
-one group (or one filter per channel, in the region), explicit ``pads`` (no ``auto_pad``),
-output channels at least ``L`` and padding well, input channels fewer than ``L`` or padding
-well.
+explicit ``pads`` (no ``auto_pad``), one group with output channels at least ``L`` and padding
+well and input channels fewer than ``L`` or padding well -- or groups of whole vectors of
+channels, in and out (a ResNeXt's or RegNet's grouped convolution: ``ConvBlocked`` with
+``group``, one product per group), or one filter per channel (in the region) -- and only
+when they chain to another blockable convolution (see :func:`_chained_convolutions`).
 """
 
 from __future__ import annotations
@@ -167,7 +169,15 @@ def _blockable(graph: Graph, node: Node, lanes: int) -> bool:
     channels, outputs = int(x_type.shape[1]), int(weights.shape[0])
     attrs = node.attrs
     pads = list(attrs.get("pads") or [0, 0, 0, 0])
-    if int(attrs.get("group", 1)) != 1 or weights.shape[1] != channels or \
+    group = int(attrs.get("group", 1))
+    if group > 1:
+        # grouped: every group whole vectors of channels, in and out (no padding)
+        return group * int(weights.shape[1]) == channels and channels % group == 0 and \
+            (channels // group) % lanes == 0 and outputs % group == 0 and \
+            (outputs // group) % lanes == 0 and len(pads) == 4 and min(pads) >= 0 and \
+            attrs.get("auto_pad", "NOTSET") in ("NOTSET", "") and \
+            tuple(attrs.get("kernel_shape") or weights.shape[2:]) == tuple(weights.shape[2:])
+    if group != 1 or weights.shape[1] != channels or \
             not _pads_well(outputs, lanes) or \
             attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "") or len(pads) != 4 or \
             min(pads) < 0 or (channels > lanes and not _pads_well(channels, lanes)):
@@ -229,14 +239,14 @@ class _Region:
     def convolution(self, node: Node) -> None:
         g, lanes = self.graph, self.lanes
         x, y = node.inputs[0], node.outputs[0]
-        channels = int(g.types[x].shape[1])
         out_shape = tuple(int(d) for d in g.types[y].shape)
         weights = g.constants[node.inputs[1]]
-        outputs, _, kh, kw = weights.shape
+        outputs, channels, kh, kw = weights.shape  # (channels: of one group)
+        group = int(node.attrs.get("group", 1))
         in_lanes = lanes if channels >= lanes else channels
         stem = node.name or "conv"
         source = self._padded(node, self.blocked_twin(x, in_lanes), stem)
-        in_blocks = int(g.types[source].shape[1])
+        in_blocks = int(g.types[source].shape[1]) // group
         out_blocks = -(-outputs // lanes)
         # zero weights for the padded channels, in and out (a padded output channel is 0)
         w = np.zeros((out_blocks * lanes, in_blocks * in_lanes, kh, kw), np.float32)
@@ -250,10 +260,11 @@ class _Region:
                                                            out_blocks),
                                          hint=f"{stem}_bias_blocked"))
         out = self._value(f"{stem}_blocked_out", self._blocked_shape(out_shape))
-        self.nodes.append(Node("ConvBlocked", inputs, [out],
-                               {"strides": list(node.attrs.get("strides") or [1, 1]),
-                                "dilations": list(node.attrs.get("dilations") or [1, 1])},
-                               name=stem))
+        attrs = {"strides": list(node.attrs.get("strides") or [1, 1]),
+                 "dilations": list(node.attrs.get("dilations") or [1, 1])}
+        if group > 1:
+            attrs["group"] = group
+        self.nodes.append(Node("ConvBlocked", inputs, [out], attrs, name=stem))
         self.blocked[y] = out
         self.pending.add(y)
         self.convolutions += 1

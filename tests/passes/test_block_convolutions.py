@@ -231,36 +231,71 @@ def test_sibling_convolutions_fused_horizontally_split_in_the_blocked_layout():
 
 
 def test_what_does_not_qualify_keeps_its_nchw_convolution():
-    """Groups, output channels that are not whole vectors, input channels that are neither
-    whole vectors nor fewer than one, and a model input of dynamic size stay as they were."""
-    cases = [(2 * LANES, 2 * LANES, {"group": 2}), (LANES, LANES + 1, {}),
+    """Groups of less than a vector of channels, output channels that pad badly (one more
+    than a vector), input channels that are neither whole vectors nor fewer than one, and a
+    model input of dynamic size stay as they were -- each followed by a convolution that
+    does qualify, so that only its shape keeps it out."""
+    cases = [(2 * LANES, 2 * LANES, {"group": 4}), (LANES, LANES + 1, {}),
              (LANES + 3, LANES, {})]
     for cin, cout, attrs in cases:
         groups = attrs.get("group", 1)
         x, w = _randn(1, cin, 9, 9), _randn(cout, cin // groups, 3, 3)
-        node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3],
-                                pads=[1, 1, 1, 1], **attrs)
-        module = _against_ort(_model([node], [("x", list(x.shape))], {"w": w}), {"x": x})
-        assert "ConvBlocked" not in _ops(module), (cin, cout, attrs)
-    graph = import_onnx(_model([helper.make_node("Conv", ["x", "w"], ["y"],
-                                                 kernel_shape=[3, 3])],
-                               [("x", ["n", LANES, 9, 9])], {"w": _randn(LANES, LANES, 3, 3)}))
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3],
+                                  pads=[1, 1, 1, 1], **attrs),
+                 helper.make_node("Conv", ["c", "w2"], ["y"], kernel_shape=[1, 1])]
+        weights = {"w": w, "w2": _randn(LANES, cout, 1, 1)}
+        module = _against_ort(_model(nodes, [("x", list(x.shape))], weights), {"x": x})
+        ops = _ops(module)
+        assert ops.get("Conv") == 2 and "ConvBlocked" not in ops, (cin, cout, attrs, ops)
+    graph = import_onnx(_model([helper.make_node("Conv", ["x", "w"], ["c"],
+                                                 kernel_shape=[3, 3]),
+                                helper.make_node("Conv", ["c", "w2"], ["y"],
+                                                 kernel_shape=[1, 1])],
+                               [("x", ["n", LANES, 9, 9])],
+                               {"w": _randn(LANES, LANES, 3, 3),
+                                "w2": _randn(LANES, LANES, 1, 1)}))
     assert block_convolutions(graph, Target.native()) == 0
 
 
+@pytest.mark.parametrize("groups, per_group, stride", [(2, LANES, 1), (4, LANES, 2),
+                                                       (3, 2 * LANES, 1)])
+def test_grouped_convolutions_of_whole_vectors_per_group_run_blocked(groups, per_group, stride):
+    """A grouped 3x3 convolution between two 1x1 ones (a ResNeXt/RegNet block) whose groups
+    are whole vectors of channels runs blocked, each group's product reading its own
+    channel blocks -- against ONNX Runtime."""
+    c = groups * per_group
+    x = _randn(2, c, 11, 10)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "wg", "bg"], ["g"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1], strides=[stride, stride], group=groups),
+             helper.make_node("Relu", ["g"], ["gr"]),
+             helper.make_node("Conv", ["gr", "w2"], ["y"], kernel_shape=[1, 1])]
+    weights = {"w0": _randn(c, c, 1, 1), "wg": _randn(c, per_group, 3, 3), "bg": _randn(c),
+               "w2": _randn(LANES, c, 1, 1)}
+    module = _against_ort(_model(nodes, [("x", list(x.shape))], weights), {"x": x})
+    ops = _ops(module)
+    assert ops.get("ConvBlocked") == 3 and "Conv" not in ops, ops
+    grouped, = [n for n in module.build.graph.nodes if n.attrs.get("group", 1) > 1]
+    assert grouped.op == "ConvBlocked" and grouped.attrs["group"] == groups
+
+
+@pytest.mark.parametrize("groups", [1, 2])
 @pytest.mark.parametrize("seed", [None, 1, 6])  # (1 and 6 take the template, kc < k)
-def test_the_blocked_kernel_matches_its_unscheduled_loops_in_the_interpreter(seed):
-    """The scheduled kernel (a Gemm reading its A through a walk of offsets), under the
-    default config and under random legal ones, computes what its unscheduled loops compute
-    in the loop interpreter: the template's semantics, not only its C."""
-    x = _randn(2, LANES, 6, 7)
+def test_the_blocked_kernel_matches_its_unscheduled_loops_in_the_interpreter(seed, groups):
+    """The scheduled kernel (a Gemm reading its A through a walk of offsets; grouped, a
+    product per group), under the default config and under random legal ones, computes
+    what its unscheduled loops compute in the loop interpreter: the template's semantics,
+    not only its C."""
+    c = groups * LANES
+    x = _randn(2, c, 6, 7)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3],
-                              strides=[1, 2], pads=[1, 0, 1, 1]),
+                              strides=[1, 2], pads=[1, 0, 1, 1], group=groups),
              helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node("Conv", ["r", "w2"], ["y"], kernel_shape=[1, 1])]
     module = ember.compile(_model(nodes, [("x", list(x.shape))],
-                                  {"w": _randn(2 * LANES, LANES, 3, 3),
-                                   "b": _randn(2 * LANES), "w2": _randn(LANES, 2 * LANES, 1, 1)}))
+                                  {"w": _randn(2 * c, LANES, 3, 3),
+                                   "b": _randn(2 * c), "w2": _randn(LANES, 2 * c, 1, 1)}))
     graph, rng = module.build.graph, np.random.default_rng(seed)
     impl = next(impl for impl in module.build.kernels
                 if any(n.op == "ConvBlocked" and n.attrs["strides"] == [1, 2] for n in impl.nodes))

@@ -567,7 +567,7 @@ def depthwise_conv_blocked(ctx, x, w, b=None, *, strides, dilations):
 
 
 @compute_of("ConvBlocked")
-def conv_blocked(ctx, x, w, b=None, *, strides, dilations):
+def conv_blocked(ctx, x, w, b=None, *, strides, dilations, group=1):
     """y[n, mb, oh, ow, lo] = sum over (cb, kh, kw, li) of x[n, cb, oh*sh + kh*dh,
     ow*sw + kw*dw, li] * w[mb, cb, kh, kw, li, lo] (+ b[mb, lo]): a matrix product per output
     row, of its pixels (rows, each input element broadcast) by the weights (columns: the
@@ -579,14 +579,19 @@ def conv_blocked(ctx, x, w, b=None, *, strides, dilations):
         raise NoCompute("X, W and B of one float type")
     acc = _product_dtype(x, w)
     out = ctx.output_types[0]
+    if group < 1 or w.shape[0] % group or x.shape[1] != w.shape[1] * group:
+        raise NoCompute("channel blocks do not split into the groups")
+    out_blocks = w.shape[0] // group
 
     def body(n: Expr, mb: Expr, oh: Expr, ow: Expr, lane: Expr) -> Expr:
         cb, kh, kw, li = (reduce_axis(w.shape[1], "cb"), reduce_axis(w.shape[2], "kh"),
                           reduce_axis(w.shape[3], "kw"), reduce_axis(w.shape[4], "li"))
         row = oh * strides[0] + kh * dilations[0]
         column = ow * strides[1] + kw * dilations[1]
-        product = cast(x[[n, cb, row, column, li]], acc) * cast(w[[mb, cb, kh, kw, li, lane]],
-                                                                acc)
+        # (a group's input blocks: the GEMM template splits mb into group and block)
+        block = cb if group == 1 else (mb // out_blocks) * w.shape[1] + cb
+        product = cast(x[[n, block, row, column, li]], acc) * \
+            cast(w[[mb, cb, kh, kw, li, lane]], acc)
         total = reduce_sum(product, [cb, kh, kw, li])
         return total if b is None else total + cast(b[[mb, lane]], acc)
 
