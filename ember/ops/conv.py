@@ -393,13 +393,23 @@ def _depthwise_blocked_geometry(ctx: Context, x_shape: Sequence[Dim], w_shape: S
     return out[0], out[1]
 
 
-def _depthwise_blocked_type(ctx: InferContext) -> list[ValueType | None]:
+def _blocked_operands(ctx: InferContext
+                      ) -> tuple[TensorType | None, TensorType | None, TensorType | None]:
+    """X, W and B of a blocked convolution, checked to share one float type (X or W None, or
+    without a shape: nothing more to infer)."""
     x, w, b = optional_tensor(ctx, 0), optional_tensor(ctx, 1), optional_tensor(ctx, 2)
     if x is None or w is None or x.shape is None or w.shape is None:
-        return [TensorType(x.dtype, None) if x is not None else None]
+        return x, None, None
     if not x.dtype.is_float or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
         raise ctx.error(f"X, W and B must share one float type, got {x}, {w}"
                         + (f", {b}" if b is not None else ""))
+    return x, w, b
+
+
+def _depthwise_blocked_type(ctx: InferContext) -> list[ValueType | None]:
+    x, w, b = _blocked_operands(ctx)
+    if w is None:
+        return [TensorType(x.dtype, None) if x is not None else None]
     oh, ow = _depthwise_blocked_geometry(ctx, x.shape, w.shape, ctx.attrs["strides"],
                                          ctx.attrs["dilations"])
     if b is not None and b.shape is not None and (len(b.shape) != 2 or
@@ -450,12 +460,9 @@ def _check_blocked_groups(ctx: Context, x_shape: Sequence[Dim], w_shape: Sequenc
 
 
 def _blocked_type(ctx: InferContext) -> list[ValueType | None]:
-    x, w, b = optional_tensor(ctx, 0), optional_tensor(ctx, 1), optional_tensor(ctx, 2)
-    if x is None or w is None or x.shape is None or w.shape is None:
+    x, w, b = _blocked_operands(ctx)
+    if w is None:
         return [TensorType(x.dtype, None) if x is not None else None]
-    if not x.dtype.is_float or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
-        raise ctx.error(f"X, W and B must share one float type, got {x}, {w}"
-                        + (f", {b}" if b is not None else ""))
     if len(x.shape) != 5 or len(w.shape) != 6:
         raise ctx.error(f"X must be (N, C/Li, H, W, Li) and W (M/Lo, C/Li, KH, KW, Li, Lo), "
                         f"got ranks {len(x.shape)} and {len(w.shape)}")

@@ -61,6 +61,7 @@ from ember.core.target import Target
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.ops.compute.nn import MAX_WRITTEN_OUT_TAPS
+from ember.passes.block_depthwise import plain_conv_weights
 from ember.ops.registry import PatternKind, get_op
 
 
@@ -151,39 +152,20 @@ def _passes_through(node: Node) -> bool:
 
 
 def _blockable(graph: Graph, node: Node, lanes: int) -> bool:
-    if node.op != "Conv" or node.domain not in ("", "ai.onnx"):
+    """A convolution ``ConvBlocked`` runs: one group of output channels at least a vector
+    and padding well, and input channels fewer than a vector or padding well; or groups of
+    whole vectors of channels, in and out."""
+    weights = plain_conv_weights(graph, node)
+    if weights is None:
         return False
-    inputs = [name for name in node.inputs if name]
-    if len(inputs) < 2 or len(node.outputs) != 1 or inputs != node.inputs[:len(inputs)]:
-        return False
-    x_type, y_type = graph.types.get(node.inputs[0]), graph.types.get(node.outputs[0])
-    weights = graph.constants.get(node.inputs[1])
-    bias = graph.constants.get(node.inputs[2]) if len(inputs) > 2 else None
-    if not (_static_4d(x_type) and _static_4d(y_type) and x_type.dtype is DType.FLOAT32 and
-            y_type.dtype is DType.FLOAT32 and weights is not None and
-            weights.dtype == np.float32 and weights.ndim == 4):
-        return False
-    if len(inputs) > 2 and (bias is None or bias.shape != (weights.shape[0],) or
-                            bias.dtype != np.float32):
-        return False
-    channels, outputs = int(x_type.shape[1]), int(weights.shape[0])
-    attrs = node.attrs
-    pads = list(attrs.get("pads") or [0, 0, 0, 0])
-    group = int(attrs.get("group", 1))
-    if group > 1:
-        # grouped: every group whole vectors of channels, in and out (no padding)
-        return group * int(weights.shape[1]) == channels and channels % group == 0 and \
+    channels, outputs = int(graph.types[node.inputs[0]].shape[1]), int(weights.shape[0])
+    group = int(node.attrs.get("group", 1))
+    if group > 1:  # (no padding of grouped channels)
+        return group * int(weights.shape[1]) == channels and \
             (channels // group) % lanes == 0 and outputs % group == 0 and \
-            (outputs // group) % lanes == 0 and len(pads) == 4 and min(pads) >= 0 and \
-            attrs.get("auto_pad", "NOTSET") in ("NOTSET", "") and \
-            tuple(attrs.get("kernel_shape") or weights.shape[2:]) == tuple(weights.shape[2:])
-    if group != 1 or weights.shape[1] != channels or \
-            not _pads_well(outputs, lanes) or \
-            attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "") or len(pads) != 4 or \
-            min(pads) < 0 or (channels > lanes and not _pads_well(channels, lanes)):
-        return False
-    kernel = tuple(attrs.get("kernel_shape") or weights.shape[2:])
-    return kernel == tuple(weights.shape[2:])
+            (outputs // group) % lanes == 0
+    return group == 1 and weights.shape[1] == channels and _pads_well(outputs, lanes) and \
+        (channels < lanes or _pads_well(channels, lanes))
 
 
 def _pads_well(channels: int, lanes: int) -> bool:
@@ -196,26 +178,14 @@ def _pads_well(channels: int, lanes: int) -> bool:
 
 def _blockable_depthwise(graph: Graph, node: Node, lanes: int) -> bool:
     """A depthwise convolution ``DepthwiseConvBlocked`` runs: one filter per channel, the
-    channels whole vectors, at most ``MAX_WRITTEN_OUT_TAPS`` taps, constant weights."""
-    if node.op != "Conv" or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+    channels padding well, at most ``MAX_WRITTEN_OUT_TAPS`` taps, constant weights."""
+    weights = plain_conv_weights(graph, node)
+    if weights is None:
         return False
-    inputs = [name for name in node.inputs if name]
-    x_type, y_type = graph.types.get(node.inputs[0]), graph.types.get(node.outputs[0])
-    weights = graph.constants.get(node.inputs[1]) if len(inputs) > 1 else None
-    bias = graph.constants.get(node.inputs[2]) if len(inputs) > 2 else None
-    if len(inputs) < 2 or inputs != node.inputs[:len(inputs)] or weights is None or \
-            not (_static_4d(x_type) and _static_4d(y_type)) or \
-            x_type.dtype is not DType.FLOAT32 or weights.dtype != np.float32 or \
-            weights.ndim != 4 or (len(inputs) > 2 and (bias is None or
-                                                       bias.shape != (weights.shape[0],))):
-        return False
-    channels = int(x_type.shape[1])
-    pads = list(node.attrs.get("pads") or [0, 0, 0, 0])
-    kernel = tuple(node.attrs.get("kernel_shape") or weights.shape[2:])
+    channels = int(graph.types[node.inputs[0]].shape[1])
     return int(node.attrs.get("group", 1)) == channels and _pads_well(channels, lanes) and \
-        weights.shape[:2] == (channels, 1) and kernel == tuple(weights.shape[2:]) and \
-        kernel[0] * kernel[1] <= MAX_WRITTEN_OUT_TAPS and len(pads) == 4 and min(pads) >= 0 \
-        and node.attrs.get("auto_pad", "NOTSET") in ("NOTSET", "")
+        weights.shape[:2] == (channels, 1) and \
+        weights.shape[2] * weights.shape[3] <= MAX_WRITTEN_OUT_TAPS
 
 
 def _static_4d(value_type: object) -> bool:

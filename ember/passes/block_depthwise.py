@@ -68,33 +68,44 @@ def block_depthwise_convolutions(graph: Graph, target: Target | None) -> int:
     return changed
 
 
-def _blockable(graph: Graph, node: Node, lanes: int) -> bool:
-    if node.op != "Conv" or node.domain not in ("", "ai.onnx"):
-        return False
+def plain_conv_weights(graph: Graph, node: Node) -> np.ndarray | None:
+    """The weights of ``node`` if it is a 2-D float32 Conv of static shapes whose weights
+    (and bias) are constants, with explicit non-negative ``pads`` (no ``auto_pad``) and a
+    ``kernel_shape`` that is the weights'; else None.  What both blocked layouts (this pass
+    and ``block_convolutions``) ask of a convolution before its groups and channels."""
+    if node.op != "Conv" or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+        return None
     inputs = [name for name in node.inputs if name]
-    if len(inputs) < 2 or len(node.outputs) != 1 or inputs != node.inputs[:len(inputs)]:
-        return False
+    if len(inputs) < 2 or inputs != node.inputs[:len(inputs)]:
+        return None
     x_type, y_type = graph.types.get(node.inputs[0]), graph.types.get(node.outputs[0])
     weights = graph.constants.get(node.inputs[1])
     bias = graph.constants.get(node.inputs[2]) if len(inputs) > 2 else None
-    if not (isinstance(x_type, TensorType) and x_type.is_static and x_type.dtype is DType.FLOAT32
-            and isinstance(y_type, TensorType) and y_type.is_static and len(x_type.shape) == 4
-            and weights is not None and weights.dtype == np.float32 and weights.ndim == 4):
-        return False
+    if not all(isinstance(t, TensorType) and t.is_static and t.shape is not None and
+               len(t.shape) == 4 and t.dtype is DType.FLOAT32 for t in (x_type, y_type)) or \
+            weights is None or weights.dtype != np.float32 or weights.ndim != 4:
+        return None
     if len(inputs) > 2 and (bias is None or bias.shape != (weights.shape[0],)
                             or bias.dtype != np.float32):
-        return False
-    channels = int(x_type.shape[1])
+        return None
     attrs = node.attrs
     pads = list(attrs.get("pads") or [0, 0, 0, 0])
-    if int(attrs.get("group", 1)) != channels or weights.shape[:2] != (channels, 1) or \
-            channels % lanes or attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "") or \
-            len(pads) != 4 or min(pads) < 0:
+    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "") or len(pads) != 4 or \
+            min(pads) < 0 or \
+            tuple(attrs.get("kernel_shape") or weights.shape[2:]) != tuple(weights.shape[2:]):
+        return None
+    return weights
+
+
+def _blockable(graph: Graph, node: Node, lanes: int) -> bool:
+    weights = plain_conv_weights(graph, node)
+    if weights is None:
         return False
-    kernel = tuple(attrs.get("kernel_shape") or weights.shape[2:])
-    if kernel != tuple(weights.shape[2:]) or kernel[0] * kernel[1] > MAX_WRITTEN_OUT_TAPS:
+    channels = int(graph.types[node.inputs[0]].shape[1])
+    if int(node.attrs.get("group", 1)) != channels or weights.shape[:2] != (channels, 1) or \
+            channels % lanes or weights.shape[2] * weights.shape[3] > MAX_WRITTEN_OUT_TAPS:
         return False
-    return int(y_type.shape[3]) <= MAX_BLOCKED_WIDTH
+    return int(graph.types[node.outputs[0]].shape[3]) <= MAX_BLOCKED_WIDTH
 
 
 def _blocked(graph: Graph, node: Node, lanes: int) -> list[Node]:

@@ -249,23 +249,13 @@ class _ConfigGemmChooser(GemmChooser):
             mr, nr = ask(f"{name}.tile", (default.mr, default.nr), tile_choices(self.target),
                          "register tile of the micro-kernel: rows x columns")
             proposed = shape.default_knobs(self.target, tile=(mr, nr))
-        # (choices from samples: a traced size is planned for by class, see default_knobs)
-        m, n, k = plain(shape.m), plain(shape.n), plain(shape.k)
-        kc = ask(f"{name}.kc", proposed.kc,
-                 [c for c in (64, 128, 192, 256, 384, 512) if c < k] + [k],
-                 "terms of the reduction per block (a kc x nr panel of B stays in L1)")
-        rows = -(-m // mr) * mr
-        mc = ask(f"{name}.mc", proposed.mc,
-                 sorted({min(mr * f, rows) for f in (1, 2, 4, 8, 16, 32, 64)}),
-                 "rows of a task (a multiple of the tile's rows)")
-        columns = -(-n // nr) * nr
         # (a traced n is planned for by its class, as default_knobs plans it: a task as wide
         # as the sample's columns made sizes of one class differ in their code)
         planned = -(-size_class(shape.n) // nr) * nr
-        widest = fold_columns_limit(mc, nr) if fold or shape.out_runs or turned else planned
-        nc = ask(f"{name}.nc", min(proposed.nc, widest),
-                 sorted({min(nr * f, columns, widest) for f in (1, 2, 4, 8, 16, 32, 64)}),
-                 "columns of a task (a multiple of the tile's columns)")
+        kc, mc, nc = self._task_blocking(
+            name, shape, mr, nr, proposed,
+            lambda mc: fold_columns_limit(mc, nr) if fold or shape.out_runs or turned
+            else planned)
         # (turned around, A is read in its compile-time strips: no copy to decide)
         pack_a = turned or ask(f"{name}.pack_a", proposed.pack_a, [False, True],
                                "each task copies its block of A into row strips first")
@@ -284,6 +274,17 @@ class _ConfigGemmChooser(GemmChooser):
                      gathered_a_tiles(self.target, shape.n),
                      "register tile of the micro-kernel: rows (broadcasts of A) x columns")
         proposed = gathered_a_knobs(shape, self.target, tile=(mr, nr))
+        columns = -(-plain(shape.n) // nr) * nr
+        kc, mc, nc = self._task_blocking(name, shape, mr, nr, proposed, lambda mc: columns)
+        return GemmKnobs(mr, nr, kc, mc, nc, self.target.lanes_for(DType.FLOAT32),
+                         pack_a=False, b_in_place=True)
+
+    def _task_blocking(self, name: str, shape: GemmShape, mr: int, nr: int,
+                       proposed: GemmKnobs, widest) -> tuple[int, int, int]:
+        """The reduction block and a task's rows and columns (``kc``, ``mc``, ``nc``) for the
+        tile ``mr x nr``; ``widest(mc)`` caps a task's columns (a scratch block's width)."""
+        ask = self.decisions.choose
+        # (choices from samples: a traced size is planned for by class, see default_knobs)
         m, n, k = plain(shape.m), plain(shape.n), plain(shape.k)
         kc = ask(f"{name}.kc", proposed.kc,
                  [c for c in (64, 128, 192, 256, 384, 512) if c < k] + [k],
@@ -292,12 +293,11 @@ class _ConfigGemmChooser(GemmChooser):
         mc = ask(f"{name}.mc", proposed.mc,
                  sorted({min(mr * f, rows) for f in (1, 2, 4, 8, 16, 32, 64)}),
                  "rows of a task (a multiple of the tile's rows)")
-        columns = -(-n // nr) * nr
-        nc = ask(f"{name}.nc", proposed.nc,
-                 sorted({min(nr * f, columns) for f in (1, 2, 4, 8, 16, 32, 64)}),
+        columns, cap = -(-n // nr) * nr, widest(mc)
+        nc = ask(f"{name}.nc", min(proposed.nc, cap),
+                 sorted({min(nr * f, columns, cap) for f in (1, 2, 4, 8, 16, 32, 64)}),
                  "columns of a task (a multiple of the tile's columns)")
-        return GemmKnobs(mr, nr, kc, mc, nc, self.target.lanes_for(DType.FLOAT32),
-                         pack_a=False, b_in_place=True)
+        return kc, mc, nc
 
     def finish(self, index: int, gemm: Gemm, pack_in_task_legal: bool) -> GemmKnobs:
         ask, name = self.decisions.choose, f"gemm{index}"

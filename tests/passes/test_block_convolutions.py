@@ -27,7 +27,7 @@ from ember.schedule.pipeline import schedule_kernel
 sys.path.insert(0, str(Path(__file__).parents[1] / "lower"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "schedule"))
 
-from configs import kernel_space, random_config  # noqa: E402
+from configs import kernel_arrays, kernel_space, random_config  # noqa: E402
 from loop_interpreter import run_outputs  # noqa: E402
 
 ort = pytest.importorskip("onnxruntime")
@@ -309,12 +309,7 @@ def test_the_blocked_kernel_matches_its_unscheduled_loops_in_the_interpreter(see
     gemms = [n for n in walk(scheduled.func.body) if isinstance(n, Gemm)]
     # (a random config may keep the plain loops: gemm0.template=False)
     assert all(gemm.a_gathered for gemm in gemms) and (gemms or seed is not None)
-    arrays = [graph.constants[name] if name in graph.constants else
-              rng.standard_normal(graph.types[name].shape).astype(np.float32)
-              for name in impl.group.inputs]
-    packed = list(arrays)
-    for prepack in scheduled.prepacks:
-        packed[prepack.param] = prepack.apply(arrays[prepack.param])
+    arrays, packed = kernel_arrays(impl, graph, scheduled, rng)
     for got, want in zip(run_outputs(scheduled.func, packed), run_outputs(impl.lowered, arrays)):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=str(config))
 

@@ -57,3 +57,18 @@ def random_config(func: PrimFunc, target: Target, seed: int,
     rng = np.random.default_rng(seed)
     return sampled_config(func, target,
                           lambda knob: knob.choices[rng.integers(len(knob.choices))], space)
+
+
+def kernel_arrays(impl, graph, scheduled, rng: np.random.Generator
+                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The arrays a compiled kernel ``impl`` of ``graph`` reads -- its constants, random
+    floats for the rest -- as its lowered form takes them and as ``scheduled`` (its
+    ``schedule_kernel`` result) takes them, constant operands packed as the build packs
+    them."""
+    arrays = [graph.constants[name] if name in graph.constants else
+              rng.standard_normal(graph.types[name].shape).astype(np.float32)
+              for name in impl.group.inputs]
+    packed = list(arrays)
+    for prepack in scheduled.prepacks:
+        packed[prepack.param] = prepack.apply(arrays[prepack.param])
+    return arrays, packed

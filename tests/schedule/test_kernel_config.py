@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "lower"))
 
-from configs import kernel_space, random_config  # noqa: E402
+from configs import kernel_arrays, kernel_space, random_config  # noqa: E402
 from loop_interpreter import CASES, run_outputs  # noqa: E402
 
 import ember  # noqa: E402
@@ -224,12 +224,7 @@ def test_every_kernel_under_random_configs_matches_its_unscheduled_form(net, see
                                space=lambda f, t, c: kernel_space(f, t, c, constants))
         scheduled = schedule_kernel(impl.lowered, TARGET, config, constant_params=constants,
                                     verify=True)
-        arrays = [graph.constants[name] if name in graph.constants else
-                  rng.standard_normal(graph.types[name].shape).astype(np.float32)
-                  for name in impl.group.inputs]
-        packed = list(arrays)
-        for prepack in scheduled.prepacks:
-            packed[prepack.param] = prepack.apply(arrays[prepack.param])
+        arrays, packed = kernel_arrays(impl, graph, scheduled, rng)
         want = run_outputs(impl.lowered, arrays)
         got = run_outputs(scheduled.func, packed)
         for g, w in zip(got, want):
