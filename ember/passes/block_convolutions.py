@@ -103,7 +103,7 @@ def block_convolutions(graph: Graph, target: Target | None) -> int:
 
 # Ops a blocked value may flow through on its way to the next convolution (see _Region).
 _PASS_THROUGH_OPS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-                               "Split", "Conv"})
+                               "Split"})
 
 
 def _chained_convolutions(graph: Graph, lanes: int) -> set[int]:
@@ -134,7 +134,7 @@ def _chained_convolutions(graph: Graph, lanes: int) -> set[int]:
                 seen.add(id(reader))
                 if id(reader) in blockable and reader.inputs[0] == value:
                     chained |= {id(node), id(reader)}
-                elif _passes_through(reader):
+                elif _passes_through(reader) or _blockable_depthwise(graph, reader, lanes):
                     frontier.extend(name for name in reader.outputs if name)
     return chained
 
