@@ -441,7 +441,7 @@ def _emit_tasks(em: "_KernelEmitter", s: Gemm, depth: int, tasks: int,
                     line(body, f"if ({pc} + {kc} == {s.k}) {{")
                     # (one vector of columns, always full -- a blocked convolution's lanes:
                     # each row of the epilogue is one vector operation)
-                    one_vector = s.n == nr == lanes and not is_traced(s.n)
+                    one_vector = not is_traced(s.n) and s.n == nr == lanes
                     _emit_epilogue(em, s, body + 1, {"i0": i0, "j0": j0, "rows": rows,
                                                      "cols": str(nr) if one_vector else cols},
                                    one_vector=one_vector)
