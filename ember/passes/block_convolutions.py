@@ -61,7 +61,7 @@ from ember.core.target import Target
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.ops.compute.nn import MAX_WRITTEN_OUT_TAPS
-from ember.passes.block_depthwise import plain_conv_weights
+from ember.passes.block_depthwise import blocked_depthwise_weights, plain_conv_weights
 from ember.ops.registry import PatternKind, get_op
 
 
@@ -245,15 +245,11 @@ class _Region:
         g, lanes = self.graph, self.lanes
         y = node.outputs[0]
         out_shape = tuple(int(d) for d in g.types[y].shape)
-        weights = g.constants[node.inputs[1]]
-        channels, _, kh, kw = weights.shape
         stem = node.name or "dwconv"
         source = self._padded(node, self.blocked[node.inputs[0]], stem)
         blocks = int(g.types[source].shape[1])
-        w = np.zeros((blocks * lanes, kh, kw), np.float32)
-        w[:channels] = weights[:, 0]
-        inputs = [source, g.add_constant(np.ascontiguousarray(
-            w.reshape(blocks, lanes, kh, kw).transpose(0, 2, 3, 1)),
+        inputs = [source, g.add_constant(
+            blocked_depthwise_weights(g.constants[node.inputs[1]], blocks, lanes),
             hint=f"{stem}_weights_blocked")]
         if len([i for i in node.inputs if i]) > 2:
             inputs.append(g.add_constant(self._per_channel(g.constants[node.inputs[2]], blocks),

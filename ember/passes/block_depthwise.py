@@ -108,6 +108,16 @@ def _blockable(graph: Graph, node: Node, lanes: int) -> bool:
     return int(graph.types[node.outputs[0]].shape[3]) <= MAX_BLOCKED_WIDTH
 
 
+def blocked_depthwise_weights(weights: np.ndarray, blocks: int, lanes: int) -> np.ndarray:
+    """A depthwise convolution's weights ``(C, 1, KH, KW)`` as ``DepthwiseConvBlocked``
+    reads them, ``(blocks, KH, KW, lanes)``; channels past ``C`` (padding up to whole
+    vectors) get zero weights."""
+    channels, _, kh, kw = weights.shape
+    padded = np.zeros((blocks * lanes, kh, kw), np.float32)
+    padded[:channels] = weights[:, 0]
+    return np.ascontiguousarray(padded.reshape(blocks, lanes, kh, kw).transpose(0, 2, 3, 1))
+
+
 def _blocked(graph: Graph, node: Node, lanes: int) -> list[Node]:
     x, y = node.inputs[0], node.outputs[0]
     n, channels, height, width = (int(d) for d in graph.types[x].shape)
@@ -116,7 +126,6 @@ def _blocked(graph: Graph, node: Node, lanes: int) -> list[Node]:
     blocks = channels // lanes
     stem = node.name or "dwconv"
     weights = graph.constants[node.inputs[1]]
-    kh, kw = weights.shape[2:]
 
     def value(hint: str, shape: tuple[int, ...]) -> str:
         name = graph.fresh_name(f"{stem}_{hint}")
@@ -133,9 +142,8 @@ def _blocked(graph: Graph, node: Node, lanes: int) -> list[Node]:
     padded = value("blocked_padded", padded_shape) if any(pads) else blocked
     out_blocked = value("blocked_out", (n, blocks, out_shape[2], out_shape[3], lanes))
     out_split = value("out_channel_blocks", (n, blocks, lanes, out_shape[2], out_shape[3]))
-    w_blocked = graph.add_constant(
-        np.ascontiguousarray(weights.reshape(blocks, lanes, kh, kw).transpose(0, 2, 3, 1)),
-        hint=f"{stem}_weights_blocked")
+    w_blocked = graph.add_constant(blocked_depthwise_weights(weights, blocks, lanes),
+                                   hint=f"{stem}_weights_blocked")
     conv_inputs = [padded, w_blocked]
     if len([i for i in node.inputs if i]) > 2:
         bias = graph.constants[node.inputs[2]]

@@ -730,11 +730,12 @@ def _to_gemm(p: _Product, target: Target) -> Gemm | None:
         reduce = _merge(reduce, [out_c, lhs_c], pinned, [walks])
         a_k_dims: tuple[tuple[int, int], ...] = ()
     else:
+        # (the walk's dims do not join into one: that is the merge just refused)
         reduce = _merge(reduce, [out_c], pinned, [walks, a_walks])
         if len(reduce) != 1 or any(is_traced(v) for dim in a_walks[reduce[0][0]]
                                    for v in dim):
             return None
-        a_k_dims = _combine(a_walks[reduce[0][0]])
+        a_k_dims = a_walks[reduce[0][0]]
     if len(reduce) != 1:
         return None
     (k_var, k_ext), = reduce
@@ -783,10 +784,7 @@ def _to_gemm(p: _Product, target: Target) -> Gemm | None:
     stmt = Gemm(p.out, a_load.buffer, b_load.buffer, None, tuple(batch), m_ext, n_ext, k_ext,
                 base(out_c), base(lhs_c), base(rhs_c), out_c.get(i_var, 0),
                 lhs_c.get(i_var, 0), 0 if a_k_dims else lhs_c[k_var], b_k, b_j, False,
-                row, col, result, finish, knobs, out_j_dims=out_j_dims,
-                a_k_dims=a_k_dims if len(a_k_dims) > 1 else ())
-    if len(a_k_dims) == 1:  # the walk is one stride after all
-        stmt = replace(stmt, a_cs=a_k_dims[0][1])
+                row, col, result, finish, knobs, out_j_dims=out_j_dims, a_k_dims=a_k_dims)
     return stmt
 
 
