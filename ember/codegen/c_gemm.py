@@ -53,6 +53,12 @@ PACK_PARALLEL_WORK = 1 << 17
 MIN_CLAIMED_WORK = 1 << 16
 CLAIMS_PER_THREAD = 4
 
+# Independent multiply-adds a micro-kernel keeps in flight: two FMA units of four cycles'
+# latency (Zen 3 and 4, Intel since Skylake).  A tile with fewer accumulators splits its
+# reduction into up to MAX_REDUCTION_SPLITS partial sums (see reduction_splits).
+MIN_FMA_CHAINS = 8
+MAX_REDUCTION_SPLITS = 4
+
 # Tasks are handed out one at a time (chunks of one task), not split in fixed halves: on a
 # shared machine a worker often starts late (its vCPU was idle, or another process holds it),
 # and with a static split the caller would then wait for the late worker's whole half.  A
@@ -142,21 +148,21 @@ def _micro_kernel_source(head: str, rows: int, vectors: int, lanes: int, vec: st
     acc = [[f"c{r}_{v}" for v in range(vectors)] for r in range(rows)]
     every = [(r, v) for r in range(rows) for v in range(vectors)]
     b_param = "const long *restrict koff" if indirect else "long b_rs"
-    b_row = "koff[k]" if indirect else "k * b_rs"
+    b_row = "koff[{k}]" if indirect else "{k} * b_rs"
     if packed_rows is None and a_indirect:
         params = ["    long kc, const float *restrict a, long a_rs, const long *restrict aoff,",
                   f"    const float *restrict b, {b_param}, float *restrict c, long c_rs, "
                   "int accumulate,", "    long cols) {"]
-        a_element = "a[{r} * a_rs + aoff[k]]"
+        a_element = "a[{r} * a_rs + aoff[{k}]]"
     elif packed_rows is None:
         params = ["    long kc, const float *restrict a, long a_rs, long a_cs,",
                   f"    const float *restrict b, {b_param}, float *restrict c, long c_rs, "
                   "int accumulate,", "    long cols) {"]
-        a_element = "a[{r} * a_rs + k * a_cs]"
+        a_element = "a[{r} * a_rs + {k} * a_cs]"
     else:
         signature = _INDIRECT_PARAMS if indirect else _PACKED_PARAMS
         params = [signature.strip("()").join(("    ", ") {"))]
-        a_element = f"a[k * {packed_rows} + {{r}}]"
+        a_element = f"a[{{k}} * {packed_rows} + {{r}}]"
     lines = [
         f"{head}(",
         *params,
@@ -173,15 +179,7 @@ def _micro_kernel_source(head: str, rows: int, vectors: int, lanes: int, vec: st
               for v in range(vectors)])],
         "    }",
         "  }",
-        # unrolled by 4: measured 2-9 % faster on the zoo's GEMM shapes (AVX2, Zen)
-        "  _Pragma(\"GCC unroll 4\")",
-        "  for (long k = 0; k < kc; ++k) {",
-        *[f"    {vec} b{v}; __builtin_memcpy(&b{v}, b + {b_row} + {v * lanes}, "
-          f"sizeof({vec}));" for v in range(vectors)],
-        *[line for r in range(rows) for line in (
-            f"    const float a{r} = {a_element.format(r=r)};",
-            *[f"    {acc[r][v]} += a{r} * b{v};" for v in range(vectors)])],
-        "  }",
+        *_reduction_loop(rows, vectors, lanes, vec, acc, a_element, b_row),
         f"  if (cols == {nr}) {{",
         *[f"    __builtin_memcpy(c + {r} * c_rs + {v * lanes}, &{acc[r][v]}, "
           f"sizeof({vec}));" for r, v in every],
@@ -195,6 +193,54 @@ def _micro_kernel_source(head: str, rows: int, vectors: int, lanes: int, vec: st
         "}",
     ]
     return "\n".join(lines)
+
+
+def reduction_splits(rows: int, vectors: int) -> int:
+    """How many partial sums each accumulator of a ``rows x vectors`` tile keeps: enough
+    that ``MIN_FMA_CHAINS`` multiply-adds are independent.  A tile of one or two rows (a
+    matrix-vector product: a batch-1 ``nn.Linear``, a recurrent layer's step) has two to four
+    accumulators, and each multiply-add waited for the one before it on the same one."""
+    return max(1, min(MAX_REDUCTION_SPLITS, -(-MIN_FMA_CHAINS // (rows * vectors))))
+
+
+def _reduction_loop(rows: int, vectors: int, lanes: int, vec: str, acc: list[list[str]],
+                    a_element: str, b_row: str) -> list[str]:
+    """The micro-kernel's loop over its ``kc`` terms.  With several partial sums per
+    accumulator (:func:`reduction_splits`) consecutive terms go to different ones (a tail of
+    fewer terms to the first), added together after the loop."""
+    splits = reduction_splits(rows, vectors)
+
+    def step(k: str, part: int, indent: str) -> list[str]:
+        suffix = f"_{part}" if part else ""
+        return [
+            *[f"{indent}{vec} b{v}{suffix}; __builtin_memcpy(&b{v}{suffix}, b + "
+              f"{b_row.format(k=k)} + {v * lanes}, sizeof({vec}));" for v in range(vectors)],
+            *[line for r in range(rows) for line in (
+                f"{indent}const float a{r}{suffix} = "
+                f"{a_element.format(r=r, k=k)};",
+                *[f"{indent}{acc[r][v]}{'_p' + str(part) if part else ''} += "
+                  f"a{r}{suffix} * b{v}{suffix};" for v in range(vectors)])]]
+
+    if splits == 1:
+        # unrolled by 4: measured 2-9 % faster on the zoo's GEMM shapes (AVX2, Zen)
+        return ["  _Pragma(\"GCC unroll 4\")", "  for (long k = 0; k < kc; ++k) {",
+                *step("k", 0, "    "), "  }"]
+    partial = [f"{acc[r][v]}_p{part}" for part in range(1, splits) for r in range(rows)
+               for v in range(vectors)]
+    return [
+        f"  {vec} " + ", ".join(name + " = {0}" for name in partial) + ";",
+        "  long k = 0;",
+        f"  for (; k + {splits} <= kc; k += {splits}) {{",
+        *[line for part in range(splits)
+          for line in step(f"(k + {part})" if part else "k", part, "    ")],
+        "  }",
+        "  for (; k < kc; ++k) {",
+        *step("k", 0, "    "),
+        "  }",
+        *[f"  {acc[r][v]} += " + " + ".join(f"{acc[r][v]}_p{part}"
+                                          for part in range(1, splits)) + ";"
+          for r in range(rows) for v in range(vectors)],
+    ]
 
 
 def emit_gemm(em: "_KernelEmitter", s: Gemm, depth: int) -> None:

@@ -74,7 +74,11 @@ def test_manifest_round_trip(name):
     target = Target.parse(name)
     data = json.loads(json.dumps(target.to_dict()))
     assert data["vector_bits"] == target.vector_bits
-    assert Target.from_dict(data) == target
+    # the manifest names the instruction set; the caches and threads (``machine_dict``)
+    # are the building machine's, not part of it
+    restored = Target.from_dict(data)
+    assert restored.to_dict() == target.to_dict()
+    assert restored.features == target.features and restored.march == target.march
     with pytest.raises(TargetError):
         Target.from_dict({"kind": "x86_64"})
     with pytest.raises(TargetError):

@@ -22,7 +22,7 @@ import ember
 from ember.core.dtypes import DType
 from ember.interp import ReferenceExecutor
 from ember.ir.types import TensorType
-from ember.ops.compute.reduce import _selects
+from ember.ops.compute.reduce import _chunk_size, _selects
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(20240612)
@@ -233,6 +233,35 @@ def test_top_k_orders_nan_above_every_number_in_both_algorithms(largest):
     for name, want in expected.items():
         np.testing.assert_array_equal(outputs[name], want, err_msg=name)
         assert np.array_equal(np.signbit(outputs[name]), np.signbit(want)), name
+
+
+@pytest.mark.parametrize("largest", [1, 0], ids=["largest", "smallest"])
+def test_top_k_of_long_lines_selects_through_chunks(largest):
+    """Long lines select from the chunks whose bests are the K best (``_chunk_size``): ties
+    within and across chunks, NaN, infinities, signed zeros, a line of one value, a partial
+    last chunk, integers, another axis -- exactly the reference's stable sort."""
+    rng = np.random.default_rng(30)
+    length = 1000  # K = 2 and 5: chunks of 16, the last holding 8 elements; K = 8: of 8
+    assert [_chunk_size(k, length) for k in (1, 2, 5, 8)] == [None, 16, 16, 8]
+    x = np.round(rng.standard_normal((6, length)) * 2).astype(np.float32)  # many ties
+    x[1, rng.choice(length, 40, replace=False)] = np.nan
+    x[2] = np.nan
+    x[2, [3, 500, 997, 999]] = [-np.inf, 2.0, np.inf, -0.0]  # numbers in a line of NaN
+    x[3] = -np.inf
+    x[3, [17, 998]] = [0.0, -0.0]
+    x[4] = 1.0  # one value: the first K indices
+    x[5, 990:] = 50.0  # the best all in the partial last chunk
+    cases = [_top_k(x, k, axis=1, largest=largest) for k in (1, 2, 5, 8)]
+    cases += [_top_k(np.ascontiguousarray(x[:3].T), 7, axis=0, largest=largest)]
+    cases += [_top_k(integers((3, 777), dtype, -4, 4), 6, axis=1, largest=largest)
+              for dtype in (np.int32, np.uint8)]
+    module, feeds, expected = compile_cases(cases)
+    assert module.build.host_nodes == [], module.build.report()
+    outputs = module.run(feeds)
+    for name, want in expected.items():  # exactly: the values are read back, not computed
+        np.testing.assert_array_equal(outputs[name], want, err_msg=name)
+        if want.dtype.kind == "f":
+            assert np.array_equal(np.signbit(outputs[name]), np.signbit(want)), name
 
 
 def test_top_k_beyond_the_compiled_cases_keeps_the_reference():

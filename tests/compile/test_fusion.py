@@ -316,6 +316,7 @@ def test_a_padded_store_of_a_batch_of_images_per_row():
     assert "Conv+Relu+Pad" in kernels and kernels[-1] == "MaxPool", kernels
 
 
+@pytest.mark.usefixtures("nchw_convolutions")  # 8 channels: a whole AVX2 vector
 def test_a_small_cnn_of_windows_and_padded_stores_matches_the_reference():
     # Odd sizes, batch 3: a 5x5 depthwise convolution and a 3x3 max pool (short windows,
     # summed in registers), 3x3 convolutions storing into each other's padding, a 7x7
@@ -338,7 +339,8 @@ def test_a_small_cnn_of_windows_and_padded_stores_matches_the_reference():
           %t = Relu(%s)
           %u = Conv(%t, %w7) {group=8, pads=[3, 3, 3, 3]}
           %y = Conv(%u, %w3) {group=8, strides=[2, 2], pads=[1, 1, 1, 1]}
-        }""", tolerance=2e-4)  # (five layers of float32 sums in another order: values ~10)
+        }""", tolerance=1e-3)  # five layers of float32 sums in another order, values up to
+    # ~50: numpy's float32 reference itself is up to 8e-3 from a float64 run of the graph
     # the strided one reads its input unpadded, testing the borders
     last = str(build.kernels[-1].func)
     assert "f32[3, 8, 18, 21]" in last and "f32[3, 8, 20, 23]" not in last, last

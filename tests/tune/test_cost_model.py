@@ -60,7 +60,8 @@ def test_features_show_the_knobs_of_the_config(gemm_space) -> None:
     tile = default.config.get("gemm0.tile")
     other = next(c for k in default.knobs if k.name == "gemm0.tile" for c in k.choices
                  if c != tile)
-    moved = gemm_space.canonical(default.config.with_values(**{"gemm0.tile": other}))
+    # (the tile alone: the blocks that fit the default's tile need not fit another's)
+    moved = gemm_space.canonical(KernelConfig.of({"gemm0.tile": other}))
     assert (moved.features[index["gemm_mr"]], moved.features[index["gemm_nr"]]) == other
     plain = gemm_space.canonical(KernelConfig.of({"gemm0.template": False}))
     assert plain.features[index["gemms"]] == 0 and plain.features[index["loops"]] > 0
@@ -133,6 +134,7 @@ def test_predicted_schedules_compile_correct_kernels_without_measuring(tmp_path)
     assert picked and all(impl.config != space.default.config for impl in picked)
     assert "predicted: 1 of" in build.report()
     module = ember.compile(path, schedule="predicted")
-    np.testing.assert_allclose(module(x), expected, rtol=1e-5, atol=1e-6)
+    # (sums of 200 products of magnitude ~14, in another order: ~1e-5 apart before the tanh)
+    np.testing.assert_allclose(module(x), expected, rtol=1e-5, atol=5e-5)
     with pytest.raises(ember.EmberError, match="'default' or 'predicted'"):
         ember.compile(path, schedule="fastest")

@@ -34,6 +34,7 @@ matmul, convolution and pooling definitions in ``nn.py``.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import numpy as np
@@ -485,64 +486,37 @@ def _selects(count: int, length: int) -> bool:
     return count <= MAX_COMPILED_TOP_K and count * (count / 2 + 2) < length
 
 
+def _chunk_size(count: int, length: int) -> int | None:
+    """The chunk length (a power of two) at which selecting through chunks
+    (:func:`_top_k_by_chunks`) costs at most half of selecting from the whole line, or None.
+
+    Through chunks of ``S``: two passes over the line for the chunks' best elements, then the
+    selection passes over the ``length / S`` bests and over the ``K * S`` elements of the
+    chosen chunks; cheapest near ``S = sqrt(length / K)``."""
+    per_element = count * (count / 2 + 2)
+    size = 1 << max(1, round(math.log2(math.sqrt(length / count))))
+    through_chunks = 2 * length + (-(-length // size) + count * size) * per_element
+    return size if 2 * through_chunks <= length * per_element else None
+
+
 def _top_k_by_selection(data: Tensor, count: int, axis: int, largest: bool
                         ) -> tuple[Tensor, Tensor]:
-    """Rank ``r``'s index is the first element, among those ranks ``0..r-1`` did not choose,
-    that reaches the extreme of those elements -- the maximum (NaN when one is NaN), or the
-    minimum of the numbers (a NaN only when no number is left) --; its value is read back
-    from ``data``."""
+    """K selection passes over each whole line (:func:`_select`), or through chunks where
+    that reads less (:func:`_chunk_size`); the values are read back from ``data``."""
     length = data.shape[axis]
     red = Reduction(data.shape, (axis,), keepdims=True)
-    is_float = data.dtype.is_float
-    chosen: list[Tensor] = []
+    size = _chunk_size(count, length)
+    if size is not None:
+        chosen = _top_k_by_chunks(data, count, axis, largest, size)
+    else:
+        def element(index: Sequence[Expr], r: Expr) -> Expr:
+            return widen(data[red.source(index, [r])])
 
-    def free(index: Sequence[Expr], r: Expr, taken: Sequence[Tensor]) -> Expr | None:
-        """Element ``r`` was not chosen by an earlier rank (None: no earlier rank)."""
-        return logical_and(*(r.ne(as_index(t[red.kept(index)])) for t in taken))
-
-    for rank in range(count):
-        taken = tuple(chosen)
-
-        def peak_body(*index: Expr, taken=taken) -> Expr:
-            [r] = red.axis_vars()
-            value = widen(data[red.source(index, [r])])
-            if largest:
-                return reduce_max(value, r, free(index, r, taken))
-            number = logical_and(*((value.eq(value),) if is_float else ()),
-                                 *(() if not taken else (free(index, r, taken),)))
-            return reduce_min(value, r, number)
-
-        peak = compute(red.kept_shape, peak_body, name=f"topk_peak{rank}")
-
-        def index_body(*index: Expr, taken=taken, peak=peak) -> Expr:
-            [r] = red.axis_vars()
-            value = widen(data[red.source(index, [r])])
-            hit = value.eq(peak[red.kept(index)])
-            unchosen = free(index, r, taken)
-            if is_float and largest:  # a NaN is the maximum
-                hit = logical_or(hit, value.ne(value))
-            # (smallest: a NaN only after every number, ranked behind them all)
-            late = Select(value.ne(value), r + Const(length, INDEX), Const(2 * length, INDEX)) \
-                if is_float and not largest else Const(length, INDEX)
-            key = Select(hit, r, late)
-            return reduce_min(key, r, unchosen)
-
-        found = compute(red.kept_shape, index_body, name=f"topk_key{rank}", dtype=DType.INT64)
-        if is_float and not largest:
-            found = compute(red.kept_shape, lambda *i, found=found: Select(
-                found[i].ge(Const(length, INDEX)), found[i] - Const(length, INDEX), found[i]),
-                name=f"topk_index{rank}", dtype=DType.INT64)
-        chosen.append(found)
+        chosen = _select(red.kept_shape, length, element, lambda index, r: r, None, count,
+                         largest, data.dtype.is_float, length, "topk")
     out = tuple(count if a == axis else d for a, d in enumerate(data.shape))
-
-    def rank_index(*index: Expr) -> Expr:
-        position = chosen[-1][red.kept(index)]
-        for rank in reversed(range(count - 1)):
-            position = Select(index[axis].eq(Const(rank, INDEX)),
-                              chosen[rank][red.kept(index)], position)
-        return position
-
-    indices = compute(out, rank_index, name="topk_indices", dtype=DType.INT64)
+    indices = compute(out, lambda *index: _rank_element(chosen, index, axis, red.kept),
+                      name="topk_indices", dtype=DType.INT64)
 
     def value_at(*index: Expr) -> Expr:
         # (a chosen index is always in range; the clamp lets the compiler see it)
@@ -550,6 +524,117 @@ def _top_k_by_selection(data: Tensor, count: int, axis: int, largest: bool
         return data[index[:axis] + (at,) + index[axis + 1:]]
 
     return compute(out, value_at, name="topk_values"), indices
+
+
+def _rank_element(chosen: Sequence[Tensor], index: Sequence[Expr], axis: int,
+                  at: Callable[[Sequence[Expr]], Sequence[Expr]]) -> Expr:
+    """Element ``at(index)`` of the stage of rank ``index[axis]`` among ``chosen``."""
+    position: Expr = chosen[-1][at(index)]
+    for rank in reversed(range(len(chosen) - 1)):
+        position = Select(index[axis].eq(Const(rank, INDEX)), chosen[rank][at(index)],
+                          position)
+    return position
+
+
+def _select(shape: Sequence[int], extent: int, element: Callable[[Sequence[Expr], Expr], Expr],
+            key: Callable[[Sequence[Expr], Expr], Expr],
+            valid: Callable[[Sequence[Expr], Expr], Expr] | None, count: int, largest: bool,
+            is_float: bool, keys: int, name: str) -> list[Tensor]:
+    """K selection passes over lines of ``extent`` positions, one line per index of
+    ``shape``: ``element(index, r)`` is the value at position ``r`` and ``key(index, r)``
+    (below ``keys``, distinct within a line) the element's place in the order ties follow;
+    positions where ``valid`` is false take no part.
+
+    Rank ``r`` is the key of the smallest key, among the elements ranks ``0..r-1`` did not
+    choose, that reaches the extreme of those elements -- the maximum (NaN when one is NaN),
+    or the minimum of the numbers (a NaN only when no number is left).  Returns the K stages
+    of chosen keys (int64), best first."""
+    chosen: list[Tensor] = []
+    for rank in range(count):
+        taken = tuple(chosen)
+
+        def allowed(index: Sequence[Expr], r: Expr, taken=taken) -> list[Expr]:
+            """Conditions on position ``r``: valid, and not chosen by an earlier rank."""
+            return [*(() if valid is None else (valid(index, r),)),
+                    *(key(index, r).ne(as_index(t[index])) for t in taken)]
+
+        def peak_body(*index: Expr, allowed=allowed) -> Expr:
+            r = reduce_axis(extent, "r")
+            value = element(index, r)
+            if largest:
+                return reduce_max(value, r, logical_and(*allowed(index, r)))
+            number = logical_and(*((value.eq(value),) if is_float else ()), *allowed(index, r))
+            return reduce_min(value, r, number)
+
+        peak = compute(shape, peak_body, name=f"{name}_peak{rank}")
+
+        def key_body(*index: Expr, allowed=allowed, peak=peak) -> Expr:
+            r = reduce_axis(extent, "r")
+            value = element(index, r)
+            place = key(index, r)
+            hit = value.eq(peak[index])
+            if is_float and largest:  # a NaN is the maximum
+                hit = logical_or(hit, value.ne(value))
+            # (smallest: a NaN only after every number, ranked behind them all)
+            late = Select(value.ne(value), place + Const(keys, INDEX), Const(2 * keys, INDEX)) \
+                if is_float and not largest else Const(keys, INDEX)
+            return reduce_min(Select(hit, place, late), r, logical_and(*allowed(index, r)))
+
+        found = compute(shape, key_body, name=f"{name}_key{rank}", dtype=DType.INT64)
+        if is_float and not largest:
+            found = compute(shape, lambda *i, found=found: Select(
+                found[i].ge(Const(keys, INDEX)), found[i] - Const(keys, INDEX), found[i]),
+                name=f"{name}_index{rank}", dtype=DType.INT64)
+        chosen.append(found)
+    return chosen
+
+
+def _top_k_by_chunks(data: Tensor, count: int, axis: int, largest: bool, size: int
+                     ) -> list[Tensor]:
+    """The K best of a long line, from the K chunks of ``size`` elements whose own best
+    elements are the K best of those: every element of the line's K best lies in one of
+    them (were its chunk's best not among the K best bests, K chunks would each hold an
+    element ahead of it).  Three selections (:func:`_select`): each chunk's best (its index
+    in the line), the K best chunks by their bests (ties: the lower chunk, whose best has
+    the lower index), the K best of the chosen chunks' elements (keyed by their index in the
+    line).  Returns the chosen indices in the line, best first."""
+    length = data.shape[axis]
+    chunks = -(-length // size)
+    is_float = data.dtype.is_float
+    red = Reduction(data.shape, (axis,), keepdims=True)
+
+    def at(index: Sequence[Expr], place: Expr) -> Expr:
+        return widen(data[red.source(index, [clamp_index(place, length)])])
+
+    def inside(place: Callable[[Sequence[Expr], Expr], Expr]
+               ) -> Callable[[Sequence[Expr], Expr], Expr] | None:
+        """The positions whose element exists (None: all do, the length is whole chunks)."""
+        if length % size == 0:
+            return None
+        return lambda index, r: place(index, r).lt(Const(length, INDEX))
+
+    def in_chunk(index: Sequence[Expr], r: Expr) -> Expr:
+        return index[axis] * Const(size, INDEX) + r
+
+    per_chunk = tuple(chunks if a == axis else d for a, d in enumerate(data.shape))
+    [best] = _select(per_chunk, size, lambda index, r: at(index, in_chunk(index, r)),
+                     in_chunk, inside(in_chunk), 1, largest, is_float, length, "topk_chunk")
+
+    def best_of(index: Sequence[Expr], c: Expr) -> Expr:
+        return at(index, as_index(best[red.source(index, [c])]))
+
+    order = _select(red.kept_shape, chunks, best_of, lambda index, c: c, None, count,
+                    largest, is_float, chunks, "topk_chunks")
+    picked = compute((*red.kept_shape[:axis], count, *red.kept_shape[axis + 1:]),
+                     lambda *index: _rank_element(order, index, axis, red.kept),
+                     name="topk_picked", dtype=DType.INT64)
+
+    def in_line(index: Sequence[Expr], p: Expr) -> Expr:
+        chunk = as_index(picked[red.source(index, [p // Const(size, INDEX)])])
+        return chunk * Const(size, INDEX) + p % Const(size, INDEX)
+
+    return _select(red.kept_shape, count * size, lambda index, p: at(index, in_line(index, p)),
+                   in_line, inside(in_line), count, largest, is_float, length, "topk")
 
 
 def _top_k_by_rank(data: Tensor, count: int, axis: int, largest: bool
