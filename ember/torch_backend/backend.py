@@ -27,6 +27,7 @@ message.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -236,9 +237,12 @@ class _WeightVariant:
     def holds(self, current: list[torch.Tensor]) -> bool:
         """Whether ``current`` are these very tensors, unmodified since the build (and the
         floats these values)."""
-        if not self.by_value:
-            return all(a is w and a._version == v and a.data_ptr() == p for a, w, v, p in
-                       zip(current, self.weights, self.versions, self.pointers))
+        if len(current) != len(self.weights):
+            return False
+        if not self.by_value:  # (every call of the graph checks: loops in C, not Python)
+            return all(map(operator.is_, current, self.weights)) and \
+                list(map(_VERSION, current)) == self.versions and \
+                list(map(_DATA_POINTER, current)) == self.pointers
         for a, w, v, p, by_value, value in zip(current, self.weights, self.versions,
                                                self.pointers, self.by_value, self.values):
             if by_value:
@@ -275,6 +279,9 @@ class _CompiledGraph:
         # instead of the graph rebuilding at every call.  Keyed by the tensors' identities,
         # which the entry keeps alive; a tensor modified in place rebuilds its entry.
         self._variants: OrderedDict[tuple[int, ...], _WeightVariant] = OrderedDict()
+        # the entry that served the last call: checked first, so that a call with the same
+        # weights as the one before walks them once (the check) rather than twice (the key)
+        self._latest: _WeightVariant | None = None
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         with unset_fake_temporarily():  # AOT autograd calls us inside its fake-tensor mode
@@ -338,6 +345,9 @@ class _CompiledGraph:
         if not self.weight_positions:
             return self.module(*args)
         current = [args[i] for i in self.weight_positions]
+        variant = self._latest
+        if variant is not None and variant.holds(current):
+            return variant.module(*args)
         key = self._key(current)
         variant = self._variants.get(key)
         if variant is None or not variant.holds(current):
@@ -357,6 +367,7 @@ class _CompiledGraph:
                     current = [args[i] for i in self.weight_positions]
                     self._remember(current, self._build(current))
                     variant = self._variants[self._key(current)]
+        self._latest = variant
         return variant.module(*args)
 
     def _recompile_reason(self, variant: _WeightVariant | None,
@@ -378,6 +389,7 @@ class _CompiledGraph:
         self.weight_names = [self.weight_names[i] for i in keep]
         self.by_value = tuple(False for _ in keep)
         self._variants.clear()
+        self._latest = None
 
     def _same_tensors(self, variant: _WeightVariant, current: list[torch.Tensor]) -> bool:
         """Whether the weight tensors (not the floats) of ``current`` are ``variant``'s."""
@@ -385,6 +397,10 @@ class _CompiledGraph:
                    for a, w, version, pointer, by_value in zip(
                        current, variant.weights, variant.versions, variant.pointers,
                        self.by_value) if not by_value)
+
+
+_VERSION = operator.attrgetter("_version")
+_DATA_POINTER = torch.Tensor.data_ptr
 
 
 class _EmberKernel(torch.nn.Module):
@@ -476,14 +492,16 @@ class _EmberKernel(torch.nn.Module):
                 feeds[name] = np.array(int(value), dtype=np.int64)
         sizes = tuple(int(feeds.pop(name)) for name in self.size_inputs)
         module = self._module_for(sizes)
-        results = module.run(feeds)
+        # positionally, in the build's input order: the module's fast path for inputs of
+        # dtypes and shapes it has run before
+        results = module(*[feeds[name] for name in module.graph.inputs])
+        if len(self.output_names) == 1:
+            results = (results,)
         if not self._references_counted:
             self._references_counted = True
             self.report.count_references(module.build.host_nodes, self.aten_ops)
-        outputs = []
-        for name, is_size in zip(self.output_names, self.size_outputs):
-            array = results[name]
-            outputs.append(int(array) if is_size else numpy_to_tensor(array))
+        outputs = [int(array) if is_size else numpy_to_tensor(array)
+                   for array, is_size in zip(results, self.size_outputs)]
         if self.views:
             env = dict(zip(self.placeholders, args))
             for i, chain in self.views.items():

@@ -278,7 +278,7 @@ def _import_outputs(ctx: ImportContext, node: torch.fx.Node) -> list[str]:
 
 def numpy_to_tensor(array: np.ndarray) -> torch.Tensor:
     """A tensor sharing ``array``'s memory (bfloat16 through an int16 view)."""
-    if array.dtype.name == "bfloat16":
+    if array.dtype.kind == "V" and array.dtype.name == "bfloat16":  # (kind: no string made)
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)
 

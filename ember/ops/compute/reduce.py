@@ -495,7 +495,10 @@ def _chunk_size(count: int, length: int) -> int | None:
     chosen chunks; cheapest near ``S = sqrt(length / K)``."""
     per_element = count * (count / 2 + 2)
     size = 1 << max(1, round(math.log2(math.sqrt(length / count))))
-    through_chunks = 2 * length + (-(-length // size) + count * size) * per_element
+    chunks = -(-length // size)
+    if chunks < count:
+        return None
+    through_chunks = 2 * length + (chunks + count * size) * per_element
     return size if 2 * through_chunks <= length * per_element else None
 
 
@@ -620,11 +623,12 @@ def _top_k_by_chunks(data: Tensor, count: int, axis: int, largest: bool, size: i
     [best] = _select(per_chunk, size, lambda index, r: at(index, in_chunk(index, r)),
                      in_chunk, inside(in_chunk), 1, largest, is_float, length, "topk_chunk")
 
-    def best_of(index: Sequence[Expr], c: Expr) -> Expr:
-        return at(index, as_index(best[red.source(index, [c])]))
-
-    order = _select(red.kept_shape, chunks, best_of, lambda index, c: c, None, count,
-                    largest, is_float, chunks, "topk_chunks")
+    # the passes below read values gathered once, not through the chosen indices each time
+    best_values = compute(per_chunk, lambda *index: at(index, as_index(best[index])),
+                          name="topk_chunk_best")
+    order = _select(red.kept_shape, chunks,
+                    lambda index, c: best_values[red.source(index, [c])],
+                    lambda index, c: c, None, count, largest, is_float, chunks, "topk_chunks")
     picked = compute((*red.kept_shape[:axis], count, *red.kept_shape[axis + 1:]),
                      lambda *index: _rank_element(order, index, axis, red.kept),
                      name="topk_picked", dtype=DType.INT64)
@@ -633,8 +637,17 @@ def _top_k_by_chunks(data: Tensor, count: int, axis: int, largest: bool, size: i
         chunk = as_index(picked[red.source(index, [p // Const(size, INDEX)])])
         return chunk * Const(size, INDEX) + p % Const(size, INDEX)
 
-    return _select(red.kept_shape, count * size, lambda index, p: at(index, in_line(index, p)),
-                   in_line, inside(in_line), count, largest, is_float, length, "topk")
+    candidates = tuple(count * size if a == axis else d for a, d in enumerate(data.shape))
+    keys = compute(candidates, lambda *index: in_line(index, index[axis]), name="topk_key",
+                   dtype=DType.INT64)
+    values = compute(candidates, lambda *index: at(index, keys[index]), name="topk_candidate")
+
+    def key_of(index: Sequence[Expr], p: Expr) -> Expr:
+        return keys[red.source(index, [p])]
+
+    return _select(red.kept_shape, count * size,
+                   lambda index, p: values[red.source(index, [p])], key_of, inside(key_of),
+                   count, largest, is_float, length, "topk")
 
 
 def _top_k_by_rank(data: Tensor, count: int, axis: int, largest: bool
