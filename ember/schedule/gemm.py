@@ -83,6 +83,11 @@ MANY_ROWS = 160
 # Multiply-adds of one product (per batch element when B differs per element) from which its
 # tasks run on the thread pool.
 PARALLEL_WORK = 1 << 17
+# A product of at least MIN_TASKS_PER_THREAD x PARALLEL_WORK multiply-adds gets at least this
+# many tasks per thread, however few its size rules give: a bidirectional LSTM's step
+# (8 x 384 x 96, one task by work and bytes) ran on one thread; with 4 tasks the layer took
+# 580 us instead of 740 (Zen 3, 2 threads).
+MIN_TASKS_PER_THREAD = 2
 # Rows from which a product whose columns fill their vectors badly turns its tile around
 # (GemmKnobs.vector_rows), and by how much less the rows must waste than the columns: a
 # convolution over a 7x7 image (49 columns: 64 lanes of work) with 512 output channels.
@@ -956,9 +961,11 @@ def default_knobs(m: int, n: int, k: int, batch: int, target: Target,
     Reduction blocks: ``kc`` terms such that a ``kc x nr`` panel of B takes at most a quarter
     of the L1 data cache (256 terms, else 128), split evenly.  Tasks: about one per
     ``WORK_PER_TASK`` multiply-adds or ``B_BYTES_PER_TASK`` bytes of B, whichever gives more
-    (a multiple of the target's threads, at most ``MAX_TASKS``), cut along the dimension whose operand is cheaper to read again -- every
-    task reads its rows of A against its panels of B, so with few rows (an MLP, a batch-1
-    transformer) the columns are split and A is re-read, and with many rows the rows are.
+    (a multiple of the target's threads, at most ``MAX_TASKS``, at least
+    ``MIN_TASKS_PER_THREAD`` per thread for products worth sharing), cut along the dimension
+    whose operand is cheaper to read again -- every task reads its rows of A against its
+    panels of B, so with few rows (an MLP, a batch-1 transformer) the columns are split and
+    A is re-read, and with many rows the rows are.
     """
     # sizes a traced build takes at run time are planned for by their class (the blocking is
     # correct for every size: its loops run to the run-time extents)
@@ -984,6 +991,8 @@ def default_knobs(m: int, n: int, k: int, batch: int, target: Target,
     work = m * n * k * batch
     streamed = 4 * k * n * batch  # bytes of B the product reads
     tasks = max(1, min(MAX_TASKS, max(work // WORK_PER_TASK, streamed // B_BYTES_PER_TASK)))
+    if work >= PARALLEL_WORK * MIN_TASKS_PER_THREAD:
+        tasks = max(tasks, MIN_TASKS_PER_THREAD * target.threads)
     if tasks > 1 and target.threads > 1:
         tasks = -(-tasks // target.threads) * target.threads
     per_batch = max(1, -(-tasks // batch))
