@@ -237,8 +237,8 @@ def _reduction_loop(rows: int, vectors: int, lanes: int, vec: str, acc: list[lis
         "  for (; k < kc; ++k) {",
         *step("k", 0, "    "),
         "  }",
-        *[f"  {acc[r][v]} += " + " + ".join(f"{acc[r][v]}_p{part}"
-                                          for part in range(1, splits)) + ";"
+        *[f"  {acc[r][v]} += "
+          + " + ".join(f"{acc[r][v]}_p{part}" for part in range(1, splits)) + ";"
           for r in range(rows) for v in range(vectors)],
     ]
 

@@ -140,3 +140,42 @@ INDEX_TUPLES_CHILD = textwrap.dedent("""
 
 def test_strided_index_checks_are_clean_under_asan_and_ubsan(run_sanitized):
     assert "refused 4" in run_sanitized(INDEX_TUPLES_CHILD)
+
+
+# TopK of long lines through chunks (ember.ops.compute.reduce._top_k_by_chunks): gathers at
+# chosen positions, a partial last chunk, NaN, both orders.
+CHUNKED_TOP_K_CHILD = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    import ember
+    from ember.frontend.onnx import import_onnx
+    from ember.interp import ReferenceExecutor
+
+    x = np.round(np.random.default_rng(1).standard_normal((3, 1000)) * 2).astype(np.float32)
+    x[1, ::7] = np.nan
+    ran = 0
+    for largest, k in ((1, 8), (0, 3)):  # (each a kernel of dozens of loop nests)
+        node = helper.make_node("TopK", ["x", "k"], ["v", "i"], largest=largest)
+        graph = helper.make_graph(
+            [node], "top", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1000])],
+            [helper.make_tensor_value_info("v", TensorProto.FLOAT, [3, k]),
+             helper.make_tensor_value_info("i", TensorProto.INT64, [3, k])],
+            [numpy_helper.from_array(np.array([k], np.int64), "k")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        module = ember.compile(model, sanitize=True)
+        assert module.build.host_nodes == []
+        expected = ReferenceExecutor(import_onnx(model)).run({"x": x})
+        outputs = module.run({"x": x})
+        for name in ("v", "i"):
+            np.testing.assert_array_equal(outputs[name], expected[name])
+        module.profile({"x": x}, repeat=1, warmup=0)
+        ran += 1
+    print("ran", ran)
+""")
+
+
+
+def test_chunked_top_k_is_clean_under_asan_and_ubsan(run_sanitized):
+    assert "ran 2" in run_sanitized(CHUNKED_TOP_K_CHILD)

@@ -22,6 +22,7 @@ from ember.core.dtypes import DType
 from ember.core.target import Target
 from ember.ir.loop.functor import walk
 from ember.ir.loop.stmt import Gemm
+from ember.codegen.c_gemm import reduction_splits
 from ember.schedule.gemm import (Prepack, default_knobs, register_tile,
                                  register_tile_columns)
 
@@ -69,6 +70,19 @@ def test_matmul_with_constant_weight_matches_numpy(m, n, k):
                            {"w": w}), {"x": a}, a.astype(np.float64) @ w)
     gemm, = _gemms(module)
     assert gemm.b_packed and gemm.pack is None  # the weight was packed at compile time
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 3, 1400), (1, 9, 600), (2, 130, 40), (3, 5, 600)])
+def test_few_rows_split_their_reduction_into_partial_sums(m, k, n):
+    """A tile of few accumulators keeps several partial sums each (consecutive terms to
+    different ones, a tail to the first), added after the loop: a one-row product no longer
+    waits for each multiply-add before the next; any K, fewer terms than sums too."""
+    assert [reduction_splits(rows, vectors) for rows, vectors in
+            [(1, 1), (1, 2), (2, 2), (3, 1), (4, 1), (4, 2), (12, 2)]] == [4, 4, 2, 3, 2, 1, 1]
+    a, w = _randn(m, k), _randn(k, n)
+    module = _check(_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [m, k])],
+                           {"w": w}), {"x": a}, a.astype(np.float64) @ w)
+    assert "_p1 +=" in module.build.source  # the second partial sum of an accumulator
 
 
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 1), (1, 0), (1, 1)])
@@ -524,7 +538,8 @@ SANITIZED = textwrap.dedent("""
         m.ir_version = 8
         return m
     ran = 0
-    for m, n, k in [(1, 20, 300), (7, 33, 600), (13, 17, 64)]:
+    # (1 and 2 rows: micro-kernels with partial sums, a tail of terms to the first)
+    for m, n, k in [(1, 20, 300), (7, 33, 600), (13, 17, 64), (1, 700, 7), (2, 40, 130)]:
         a = rng.standard_normal((m, k)).astype(np.float32)
         w = rng.standard_normal((n, k)).astype(np.float32)
         b = rng.standard_normal(n).astype(np.float32)
@@ -596,4 +611,4 @@ SANITIZED = textwrap.dedent("""
 
 
 def test_gemm_template_is_clean_under_asan_and_ubsan(run_sanitized):
-    assert "ran 9" in run_sanitized(SANITIZED)
+    assert "ran 11" in run_sanitized(SANITIZED)
