@@ -99,6 +99,7 @@ def fuse(graph: Graph, support: SupportFn) -> int:
     fusion = _Fusion(graph, support)
     fusion.epilogues_and_chains()
     fusion.prologues()
+    fusion.siblings()
     graph.groups = fusion.groups()
     return sum(len(g.nodes) for g in graph.groups if len(g.nodes) > 1)
 
@@ -230,7 +231,53 @@ class _Fusion:
             self.group_of[id(node)] = consumer
         del self.order[id(producer)]
 
+    # ------------------------------------------------------------------ siblings
+    def siblings(self) -> None:
+        """Join a pointwise group to the pointwise group whose results it reads, when it
+        reads nothing that group does not read or compute too and computes values of the
+        same shapes: the two make one pass over the same data.  (An unrolled LSTM step's
+        cell state ``c = f * c' + i * g`` is read by the next step and by ``h = o * tanh(c)``,
+        so the epilogue and prologue rules leave the two apart: two launches per step, ``c``
+        and the gates read twice.)"""
+        for group in list(self.order.values()):
+            if id(group) not in self.order or not self._pointwise(group):
+                continue
+            for consumer in self._consumer_groups(group):
+                if id(consumer) in self.order and self._can_join_as_sibling(consumer, group):
+                    self._merge(consumer, group)
+
+    def _pointwise(self, group: _Group) -> bool:
+        return not (group.opaque or group.anchored or group.sealed) and \
+            all(self.kinds[id(n)] in _CHAIN_KINDS for n in group.nodes)
+
+    def _can_join_as_sibling(self, consumer: _Group, group: _Group) -> bool:
+        if not self._pointwise(consumer) or \
+                len(group.nodes) + len(consumer.nodes) > MAX_GROUP_NODES or \
+                _computes_into_concat(group.nodes, consumer.nodes, self.kinds):
+            return False
+        available = set(self._reads_of(group)) | set(self._outputs_of(group))
+        if not set(self._reads_of(consumer)) <= available:
+            return False
+        shapes = {self._shape(o) for o in self._outputs_of(group)}
+        if any(self._shape(o) not in shapes for o in self._outputs_of(consumer)):
+            return False
+        checked = {n.inputs[i] for n in consumer.nodes
+                   for i in self.supports[id(n)].checked_inputs}
+        if checked & set(self._outputs_of(group)):
+            return False
+        return not self._would_cycle(group, consumer.nodes)
+
     # ------------------------------------------------------------------ queries
+    def _reads_of(self, group: _Group) -> list[str]:
+        """The values ``group`` reads that it does not compute."""
+        produced = set(self._outputs_of(group))
+        return [name for n in group.nodes for name in _node_reads(n) if name not in produced]
+
+    def _shape(self, name: str) -> tuple | None:
+        vtype = self.graph.types.get(name)
+        shape = getattr(vtype, "shape", None)
+        return None if shape is None else tuple(shape)
+
     def _readers_of(self, name: str) -> list[Node]:
         return self.readers.get(name, [])
 

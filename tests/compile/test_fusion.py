@@ -47,6 +47,32 @@ def _compile(text: str, opt_level: int = 2, tolerance: float = 2e-5):
     return ["+".join(n.op for n in impl.group.nodes) for impl in build.kernels], build
 
 
+def test_a_pointwise_diamond_is_one_pass():
+    # c has two readers (an output and the Tanh); the group reading it reads nothing else
+    # that c's group does not (x): one kernel computes and stores both outputs
+    kernels, _ = _compile("""
+        graph g(%x: f32[4, 40], %y: f32[4, 40]) -> (%c: f32[4, 40], %h: f32[4, 40]) {
+          %s = Sigmoid(%x)
+          %m = Mul(%s, %y)
+          %c = Add(%m, %y)
+          %t = Tanh(%c)
+          %o = Neg(%x)
+          %h = Mul(%t, %o)
+        }""")
+    assert kernels == ["Sigmoid+Mul+Add+Tanh+Neg+Mul"], kernels
+    # a reader of c that also reads another input stays a kernel of its own
+    kernels, _ = _compile("""
+        graph g(%x: f32[4, 40], %y: f32[4, 40], %z: f32[4, 40]) -> (%c: f32[4, 40],
+                                                                    %h: f32[4, 40]) {
+          %s = Sigmoid(%x)
+          %c = Mul(%s, %y)
+          %t = Tanh(%c)
+          %o = Neg(%z)
+          %h = Mul(%t, %o)
+        }""")
+    assert len(kernels) == 2, kernels
+
+
 def test_gemm_bias_gelu_and_residual_add_are_one_kernel():
     kernels, build = _compile("""
         graph g(%x: f32[8, 32]) -> (%y: f32[8, 32]) {

@@ -134,6 +134,23 @@ def test_the_steps_share_their_kernels():
     assert steps > 48 and definitions < steps // 4
 
 
+def test_an_lstm_step_is_a_product_and_one_pass_over_its_states():
+    """The new cell state is read by the next step and by the new hidden state: the two are
+    one kernel (``fuse.py``'s siblings), so a step is its product and one pointwise pass."""
+    steps = 12
+    model, feeds = _layer("LSTM", steps=steps, batch=3, size=8, hidden=16)
+    module = _unrolled(model)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    _check(module, feeds, session.run(None, feeds))
+    cells = [impl for impl in module.build.kernels
+             if {"Sigmoid", "Tanh"} <= {n.op for n in impl.group.nodes}]
+    assert len(cells) == steps
+    assert all([n.op for n in impl.group.nodes].count("Tanh") == 2 for impl in cells)
+    # + the input projection, its reshape and split, the outputs' concat and unsqueezes
+    assert len(module.build.kernels) <= 2 * steps + 6
+
+
 def _graph_with(model: onnx.ModelProto) -> Graph:
     from ember.frontend.onnx.importer import import_onnx
 
