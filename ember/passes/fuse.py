@@ -17,7 +17,11 @@ another kernel.  Which nodes may share a kernel follows from their :class:`Patte
   and injective nodes (and other reductions) that only it reads: Sigmoid+Mul (SiLU), the
   statistics of a LayerNorm or GroupNorm written as many small ops, Exp/ReduceSum/Div;
 * **prologues** -- a group whose every output is read by one other group moves into it, so
-  the elementwise producers of a reduction are computed where the reduction reads them.
+  the elementwise producers of a reduction are computed where the reduction reads them;
+* **siblings** -- a pointwise group (elementwise, broadcast and injective nodes) that reads a
+  pointwise group's results, and nothing that group does not read too, joins it when its
+  results have the shapes of that group's: an LSTM step's new cell state and the hidden
+  state computed from it are one pass, though the cell state has a reader elsewhere.
 
 When fusing does not pay, it is not done:
 
