@@ -222,9 +222,7 @@ class _Fusion:
                 return False
             if any(self.group_of[id(r)] is not consumer for r in outside):
                 return False
-        checked = {n.inputs[i] for n in consumer.nodes
-                   for i in self.supports[id(n)].checked_inputs}
-        if checked & set(self._outputs_of(producer)):
+        if self._checks_results_of(consumer, producer):
             return False
         return not self._would_cycle(consumer, producer.nodes)
 
@@ -265,13 +263,17 @@ class _Fusion:
         shapes = {self._shape(o) for o in self._outputs_of(group)}
         if any(self._shape(o) not in shapes for o in self._outputs_of(consumer)):
             return False
-        checked = {n.inputs[i] for n in consumer.nodes
-                   for i in self.supports[id(n)].checked_inputs}
-        if checked & set(self._outputs_of(group)):
+        if self._checks_results_of(consumer, group):
             return False
         return not self._would_cycle(group, consumer.nodes)
 
     # ------------------------------------------------------------------ queries
+    def _checks_results_of(self, reader: _Group, group: _Group) -> bool:
+        """Whether ``reader`` range-checks a value ``group`` computes (an index input must
+        exist before the kernel that checks it runs)."""
+        checked = {n.inputs[i] for n in reader.nodes for i in self.supports[id(n)].checked_inputs}
+        return bool(checked & set(self._outputs_of(group)))
+
     def _reads_of(self, group: _Group) -> list[str]:
         """The values ``group`` reads that it does not compute."""
         produced = set(self._outputs_of(group))
