@@ -158,6 +158,10 @@ def test_only_units_calling_the_fast_float_math_get_its_flags(cache_dir):
 # Output columns of the second layer: at least 4 panels of the widest register tile (AVX-512's
 # 32 columns), so that both GEMMs pack A on AVX2 and AVX-512 machines alike.
 OUTPUTS = 128
+# Rows of A: more than any register tile's (so A is packed) yet few enough that each product
+# stays one task's work with four panels or more (a product shared among threads has narrower
+# tasks, which do not pack A)
+ROWS = 13
 
 
 def _two_linears_model(name: str, width: int):
@@ -169,8 +173,8 @@ def _two_linears_model(name: str, width: int):
              helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("Gemm", ["r", "w2"], ["y"], transB=1)]
     graph = helper.make_graph(
-        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [30, 40])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [30, OUTPUTS])],
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS, 40])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [ROWS, OUTPUTS])],
         [numpy_helper.from_array(w, n) for n, w in weights.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), weights
 
@@ -186,7 +190,7 @@ def test_gemm_kernels_call_one_shared_unit_of_micro_kernels(cache_dir):
     assert len(shared) == 1 and len(gemms) == 2
     assert all("EMBER_INTERNAL void ember_gemm_packed_f32_" in u.source and
                "_Pragma" not in u.source for u in gemms), "kernels declare, not define, them"
-    x = np.random.default_rng(4).standard_normal((30, 40)).astype(np.float32)
+    x = np.random.default_rng(4).standard_normal((ROWS, 40)).astype(np.float32)
     want = np.maximum(x.astype(np.float64) @ weights["w1"].T, 0) @ weights["w2"].T
     np.testing.assert_allclose(module(x), want, rtol=1e-4, atol=1e-4)
     hits = stats.object_hits
