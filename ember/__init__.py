@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "compile": ("ember.api", "compile"),
     "load": ("ember.api", "load"),
+    "export": ("ember.api", "export"),
     "Module": ("ember.api", "Module"),
     "Target": ("ember.core.target", "Target"),
     "import_onnx": ("ember.frontend.onnx", "import_onnx"),

@@ -55,6 +55,7 @@ from ember.runtime.model import CompiledModel, HostFunction, check_thread_count
 from ember.schedule.config import KernelConfig, ScheduleConfigError
 
 if TYPE_CHECKING:
+    from ember.package.export import ExportResult
     from ember.profile import Peak, Profile
 
 LOG = logging.getLogger("ember")
@@ -970,6 +971,29 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
     if threads is not None:
         module.set_num_threads(threads)
     return module
+
+
+def export(model: Any, directory: str | Path, *, target: str | Target = "host",
+           input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
+           example_inputs: Any = None, opt_level: int = 2,
+           base_dir: str | Path | None = None) -> "ExportResult":
+    """Compile ``model`` for ``target`` and write a directory that runs it without Python:
+    a C header and a shared and a static library (Linux targets), or a WebAssembly module
+    (``wasm32-wasi``), with the weights file they load (see ``ember.package.export``).
+
+    ``target``: ``host`` (this machine), ``x86_64-linux`` (any x86-64),
+    ``x86_64-avx2-linux``, ``x86_64-avx512-linux``, ``aarch64-linux``, ``wasm32-wasi``, or any
+    name ``ember.Target.parse`` takes.  The export is built for fixed shapes: every dynamic
+    dim must be given by ``input_shapes`` (or by ``example_inputs`` for a torch module).
+    ``name`` (default: the model's) names the files and prefixes the C functions.  A model
+    with nodes that only ember's numpy references run is refused, naming them.
+    """
+    from ember.package.export import export_build, parse_export_target
+
+    resolved = parse_export_target(target)
+    graph = import_model(model, None, example_inputs, None, base_dir)
+    build = build_graph(graph, input_shapes, BuildOptions(target=resolved, opt_level=opt_level))
+    return export_build(build, directory, name if name is not None else graph.name)
 
 
 def config_chooser_for(schedule: str, target: Target, opt_level: int

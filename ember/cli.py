@@ -103,7 +103,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--traceback", action="store_true",
                         help="show the Python traceback of internal errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (_add_inspect, _add_run, _add_compile, _add_bench, _add_profile,
+    for add_command in (_add_inspect, _add_run, _add_compile, _add_export, _add_bench,
+                        _add_profile,
                         _add_tune,
                         _add_serve):
         add_command(commands)
@@ -700,6 +701,47 @@ def _compile(args: argparse.Namespace, console: Console) -> int:
                       f" sample(s): the artifact runs any batch size of "
                       f"{', '.join(split.inputs)}")
     console.print(f"wrote {path}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- export
+
+
+def _add_export(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "export", help="compile a model for a target into a C library or WebAssembly module",
+        description="Compile a model for a target and write a directory that runs it with no "
+                    "Python: a C header, a shared and a static library and the weights file "
+                    "(Linux targets), or a WebAssembly module (wasm32-wasi).  "
+                    "examples/c/run_model.c builds against it with cc alone.")
+    _add_model_argument(parser)
+    parser.add_argument("-o", "--output", type=Path, required=True, metavar="DIR",
+                        help="the directory to write")
+    parser.add_argument("--target", default="host",
+                        help="host (default), x86_64-linux, x86_64-avx2-linux, "
+                             "x86_64-avx512-linux, aarch64-linux, wasm32-wasi (cross targets "
+                             "compile with the ziglang package)")
+    parser.add_argument("--name", help="the files' name and the C functions' prefix "
+                                       "(default: the model's name)")
+    parser.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
+    _add_dim_option(parser, "size of a symbolic dimension (an export has fixed shapes)")
+    _add_memory_limit_option(parser)
+    parser.set_defaults(handler=_export)
+
+
+def _export(args: argparse.Namespace, console: Console) -> int:
+    from ember.driver import BuildOptions, build_graph
+    from ember.package.export import export_build, parse_export_target
+
+    target = parse_export_target(args.target)
+    graph = _load(args.model, args.memory_limit)
+    shapes = _compile_shapes(graph, _bindings(graph, args.dim))
+    build = build_graph(graph, shapes, BuildOptions(target=target, opt_level=args.opt_level,
+                                                    memory_limit=args.memory_limit))
+    console.print(build.report())
+    result = export_build(build, args.output, args.name if args.name else graph.name)
+    console.print(f"wrote {result.directory} for {target.triple}: "
+                  f"{', '.join(sorted(p.name for p in result.files.values()))}")
     return EXIT_OK
 
 

@@ -218,14 +218,23 @@ def _write_file(path: Path, data: bytes) -> None:
 
 def _write_in_place(path: Path, write: Callable[[Path], None]) -> Path:
     """Have ``write`` fill a fresh directory beside ``path``, then rename it to ``path``: a
-    failure leaves no half-written artifact behind.
+    failure leaves no half-written artifact behind (see :func:`write_directory_in_place`)."""
+    return write_directory_in_place(path, write, _check_replaceable, _remove_ember_files,
+                                    "artifact")
+
+
+def write_directory_in_place(path: Path, write: Callable[[Path], None],
+                             check_replaceable: Callable[[Path], None],
+                             remove_owned: Callable[[Path], None], what: str) -> Path:
+    """Have ``write`` fill a fresh directory beside ``path``, then rename it to ``path``: a
+    failure leaves no half-written ``what`` (an artifact, an export) behind.
 
     Saving never deletes what ember did not write.  An existing ``path`` is replaced only
-    when it is an empty directory or an ember artifact made of ember's files alone (its
-    manifest or block index, library, weights, fallback nodes and block directories); a
-    file, a symbolic link, or a directory holding anything else is refused, naming what is
-    in the way.  The old artifact is renamed aside before the new one takes its place, and
-    then only ember's own files are removed from it.
+    when ``check_replaceable`` accepts it -- for an artifact, an empty directory or one made
+    of ember's files alone (its manifest or block index, library, weights, fallback nodes
+    and block directories); a file, a symbolic link, or a directory holding anything else is
+    refused, naming what is in the way.  The old directory is renamed aside before the new
+    one takes its place, and then ``remove_owned`` deletes only ember's own files from it.
 
     A write that fails removes the temporary directory and raises a :class:`WriteError`
     naming ``path``, the file and the cause."""
@@ -233,19 +242,20 @@ def _write_in_place(path: Path, write: Callable[[Path], None]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise _save_failed(path, error, f"creating the directory "
-                                        f"'{error.filename or path.parent}'") from error
-    _check_replaceable(path)
+                                        f"'{error.filename or path.parent}'",
+                           what=what) from error
+    check_replaceable(path)
     existed = os.path.lexists(path)
     try:
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     except OSError as error:
         raise _save_failed(path, error, f"creating a temporary directory in '{path.parent}'",
-                           existed) from error
+                           existed, what) from error
     old: Path | None = None
     try:
         write(staging)
         if os.path.lexists(path):
-            _check_replaceable(path)  # again: it may have changed while writing
+            check_replaceable(path)  # again: it may have changed while writing
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
             os.replace(path, old)  # an empty directory is replaced by a rename
         os.replace(staging, path)
@@ -255,11 +265,11 @@ def _write_in_place(path: Path, write: Callable[[Path], None]) -> Path:
             old = None
         shutil.rmtree(staging, ignore_errors=True)
         if is_write_failure(error):
-            raise _save_failed(path, error, _doing(error, staging), existed) from error
+            raise _save_failed(path, error, _doing(error, staging), existed, what) from error
         raise
     finally:
         if old is not None:
-            _remove_ember_files(old)
+            remove_owned(old)
     return path
 
 
@@ -274,13 +284,14 @@ def _doing(error: OSError, staging: Path) -> str:
     return f"writing '{error.filename}'"
 
 
-def _save_failed(path: Path, error: OSError, doing: str, existed: bool = False) -> WriteError:
+def _save_failed(path: Path, error: OSError, doing: str, existed: bool = False,
+                 what: str = "artifact") -> WriteError:
     """The error of a save to ``path`` that failed with ``error`` while ``doing`` something:
     where, why, that nothing half-written is left, and what to do."""
-    kept = f"the artifact already at '{path}' is unchanged" if existed else \
+    kept = f"the {what} already at '{path}' is unchanged" if existed else \
         "nothing was left behind"
     advice = remedy(error, elsewhere="save it elsewhere")
-    return WriteError(f"cannot save the artifact '{path}': {cause_of(error)} while {doing}; "
+    return WriteError(f"cannot save the {what} '{path}': {cause_of(error)} while {doing}; "
                       f"{kept}. {advice[:1].upper()}{advice[1:]}.", error)
 
 

@@ -49,6 +49,8 @@ _TIMEOUT_S = 900
 # that cannot hold it: NaN, infinities, out of range), which Clang's includes: ask for it.
 SANITIZE_FLAGS = ("-fsanitize=address,undefined,float-cast-overflow",
                   "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g")
+# aarch64 extensions whose LLVM feature name (what zig's -mcpu takes) differs from GCC's.
+_ZIG_AARCH64_FEATURES = {"fp16": "fullfp16", "simd": "neon"}
 _ZIG_TRIPLES = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu",
                 "wasm32": "wasm32-wasi"}
 
@@ -105,6 +107,26 @@ class Compiler:
             f"{self.identity!r} cannot compile for {target.triple}: set CC to a cross "
             "compiler or clang, or `pip install ziglang`")
 
+    def cpu_flags(self, target: Target) -> list[str]:
+        """``target``'s instruction-set flags as this compiler spells them.  GCC and Clang
+        take ``target.march``; zig's driver names CPUs its own way (``-mcpu=generic+neon``,
+        ``-mcpu=x86_64_v3``) and refuses ``-march=armv8-a``."""
+        if self.family != "zig":
+            return list(target.march)
+        flags = []
+        for flag in target.march:
+            if flag.startswith("-march=armv8"):  # armv8[.N]-a[+ext+...]
+                extensions = flag.split("+")[1:]
+                flags.append("-mcpu=" + "+".join(
+                    ["generic", *(_ZIG_AARCH64_FEATURES.get(e, e) for e in extensions)]))
+            elif flag.startswith("-march=x86-64"):
+                flags.append("-mcpu=" + flag[len("-march="):].replace("-", "_"))
+            elif flag == "-mtune=generic":
+                continue
+            else:
+                flags.append(flag)
+        return flags
+
 
 @dataclass
 class ToolchainStats:
@@ -133,13 +155,19 @@ def _find_compiler(cc: str, path: str, arch: str) -> Compiler:
         if shutil.which(argv[0]) is None:
             raise ToolchainError(f"$CC is {cc!r}, but {argv[0]!r} is not an executable")
         return _identify(argv, explicit=True)
-    # gcc compiles only for the host; for wasm32 only clang and zig will do
-    names = ("clang",) if arch == "wasm32" else ("cc", "gcc", "clang")
+    zig = importlib.util.find_spec("ziglang") is not None
+    names: tuple[str, ...] = ("cc", "gcc", "clang")
+    if arch and arch != Target.native().arch:
+        # Cross-compiling: gcc compiles only for the host, and clang links for another
+        # target only with that target's C library installed; zig brings every one it knows.
+        if zig:
+            return _identify((sys.executable, "-m", "ziglang", "cc"))
+        names = ("clang",)
     for name in names:
         found = shutil.which(name)
         if found:
             return _identify((found,))
-    if importlib.util.find_spec("ziglang") is not None:
+    if zig:
         return _identify((sys.executable, "-m", "ziglang", "cc"))
     raise ToolchainError(
         "no C compiler found: set $CC, install gcc or clang (e.g. `apt-get install gcc`), or "
@@ -165,7 +193,8 @@ def _identify(argv: tuple[str, ...], explicit: bool = False) -> Compiler:
 def compile_flags(compiler: Compiler, target: Target, opt_level: int = 3,
                   sanitize: bool = False, extra_flags: Sequence[str] = ()) -> list[str]:
     """Every flag of a build, in order, except the input and output files."""
-    flags = [f"-O{opt_level}", "-std=c11", *compiler.target_flags(target), *target.march,
+    flags = [f"-O{opt_level}", "-std=c11", *compiler.target_flags(target),
+             *compiler.cpu_flags(target),
              "-ffp-contract=fast", "-fno-math-errno", "-fvisibility=hidden"]
     if compiler.family == "gcc":  # wide vectors in static helpers: no ABI to keep stable
         flags.append("-Wno-psabi")

@@ -144,6 +144,14 @@ class UnitBuild:
 
         return with_fallback(self.cache, link_in)
 
+    def objects(self, sources: Sequence[str | UnitSource]) -> list[CachedFile]:
+        """The verified object files of exactly these units (compiled or taken from the
+        cache), in order, each unit once: what a static library archives."""
+        units = list({unit.key: unit for unit in map(self._unit, sources)}.values())
+        for unit in units:
+            self._start(unit)
+        return [self._object(unit.key) for unit in units]
+
     def _unit(self, item: str | UnitSource) -> _Unit:
         unit = item if isinstance(item, UnitSource) else UnitSource(item)
         key = cache_key(unit.text, [*self.object_flags, *unit.flags, *self.identity],

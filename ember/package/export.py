@@ -1,0 +1,265 @@
+"""Export a build for deployment without Python: a C library and header, or a WebAssembly module.
+
+``ember export`` (and :func:`ember.export`) compiles a model for a target and writes a
+directory that a C program -- or a WebAssembly host -- uses with nothing of ember::
+
+    tinynet.h            the C API (ember.package.c_api): create, run, destroy, signature
+    libtinynet.so        the model's kernels, its entry point and the API (Linux targets)
+    libtinynet.a         the same as a static library (link with -lm -pthread)
+    tinynet.wasm         instead of both libraries for wasm32-wasi: one module exporting the API
+    tinynet.weights      the weights blob, checked against the library when it is loaded
+    export.json          what was written: target, signature, each file's SHA-256
+    README.md            how to build a program against it
+
+Targets are the names of :class:`~ember.core.target.Target` (``native``, ``x86_64``,
+``x86_64-avx2``, ``x86_64-avx512``, ``aarch64``, ``wasm32``), optionally with the system
+spelled out as most toolchains do (``x86_64-linux``, ``aarch64-linux``, ``wasm32-wasi``);
+``host`` is ``native``.  Cross targets are compiled by the ``ziglang`` package
+(``pip install ziglang``) unless ``$CC`` names a cross compiler.
+
+An export holds one fixed-shape build: a model with dynamic dims is exported for the shapes
+given, and a model with ops that ember runs through numpy fallbacks is refused, naming them
+(a C program has no numpy to call).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ember import __version__
+from ember.core.target import Target
+from ember.core.traced import is_traced
+from ember.driver.pipeline import Build
+from ember.package.artifact import (SaveTargetError, _read_json_file, _sha256_of_regular_file,
+                                    write_directory_in_place)
+from ember.package.c_api import (API_VERSION, ApiSpec, ExportError, TensorInfo, api_source,
+                                 c_prefix, header_source, weights_digest, weights_file_bytes)
+
+EXPORT_FILE = "export.json"
+EXPORT_FORMAT = "ember-export"
+EXPORT_FORMAT_VERSION = 1
+
+_SYSTEMS = {"linux": ("x86_64", "aarch64"), "wasi": ("wasm32",)}
+
+
+def parse_export_target(name: str | Target) -> Target:
+    """The :class:`Target` of an export target name (see the module docstring)."""
+    if isinstance(name, Target):
+        return name
+    text = name.strip()
+    if text == "host":
+        return Target.native()
+    base, _, system = text.rpartition("-")
+    if base and system in _SYSTEMS:
+        target = Target.parse(base)
+        if target.arch not in _SYSTEMS[system] and target.kind != "native":
+            raise ExportError(f"export target {name!r}: {target.arch} code does not run on "
+                              f"{system}; use one of {', '.join(EXPORT_TARGETS)}")
+        return target
+    return Target.parse(text)
+
+
+EXPORT_TARGETS = ("host", "x86_64-linux", "x86_64-avx2-linux", "x86_64-avx512-linux",
+                  "aarch64-linux", "wasm32-wasi")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What :func:`export_build` wrote: the directory and its files by role."""
+
+    directory: Path
+    prefix: str
+    target: Target
+    files: dict[str, Path]  # role ("header", "shared", "static", "wasm", "weights") -> path
+
+
+def api_spec(build: Build, prefix: str, blob: np.ndarray) -> ApiSpec:
+    """The C API's description of ``build`` (refusing what a C program cannot run)."""
+    if build.host_nodes:
+        ops = sorted({impl.node.op for impl in build.host_nodes})
+        names = ", ".join(f"'{impl.node.name}' ({impl.node.op})" for impl in build.host_nodes[:5])
+        raise ExportError(f"the model runs {len(build.host_nodes)} node(s) through numpy "
+                          f"fallbacks ({names}), which a program without Python cannot call; "
+                          f"ops without compiled kernels: {', '.join(ops)}")
+    g = build.graph
+
+    def info(name: str) -> TensorInfo:
+        vtype = g.types[name]
+        if any(is_traced(d) or not isinstance(d, int) for d in vtype.shape) or \
+                is_traced(build.workspace_size):
+            raise ExportError(f"'{name}' has the dynamic shape {list(vtype.shape)}; an export "
+                              f"is compiled for fixed shapes: give every input's shape")
+        return TensorInfo(name, vtype.dtype, tuple(int(d) for d in vtype.shape))
+
+    return ApiSpec(prefix, tuple(info(n) for n in g.inputs), tuple(info(n) for n in g.outputs),
+                   int(build.weights_size), weights_digest(blob), int(build.workspace_size))
+
+
+def weights_blob(build: Build) -> np.ndarray:
+    """The bytes ``ember_run`` reads as its weights: each constant at its offset."""
+    blob = np.zeros(int(build.weights_size), dtype=np.uint8)
+    for name, array in build.weights.items():
+        raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        offset = build.weight_offsets[name]
+        blob[offset:offset + raw.size] = raw
+    return blob
+
+
+def export_build(build: Build, directory: str | Path, name: str | None = None) -> ExportResult:
+    """Write ``build`` as a deployable directory (see the module docstring); ``name`` (default:
+    the graph's name) becomes the file names and the prefix of the C functions."""
+    prefix = c_prefix(name if name is not None else (build.graph.name or "model"))
+    blob = weights_blob(build)
+    spec = api_spec(build, prefix, blob)
+    target = build.target
+    libraries = _build_libraries(build, api_source(spec), prefix)
+    contents: dict[str, bytes | Path | Callable[[Path], None]] = {
+        f"{prefix}.h": header_source(spec).encode("utf-8"),
+        f"{prefix}.weights": weights_file_bytes(blob)}
+    roles = {"header": f"{prefix}.h", "weights": f"{prefix}.weights"}
+    for role, (file_name, made) in libraries.items():
+        contents[file_name] = made
+        roles[role] = file_name
+    contents["README.md"] = _readme(spec, target, roles).encode("utf-8")
+
+    def write(staging: Path) -> None:
+        os.chmod(staging, 0o777 & ~_umask())  # a directory as mkdir makes it, not mkdtemp's
+        digests = {}
+        for file_name, data in contents.items():
+            destination = staging / file_name
+            if isinstance(data, Path):
+                shutil.copyfile(data, destination)
+            elif callable(data):
+                data(destination)
+            else:
+                destination.write_bytes(data)
+            digests[file_name] = _sha256_of_regular_file(destination)
+        record = {
+            "format": EXPORT_FORMAT, "format_version": EXPORT_FORMAT_VERSION,
+            "ember_version": __version__, "api_version": API_VERSION, "prefix": prefix,
+            "target": {**target.to_dict(), "arch": target.arch},
+            "inputs": [_describe(t) for t in spec.inputs],
+            "outputs": [_describe(t) for t in spec.outputs],
+            "files": digests,
+        }
+        (staging / EXPORT_FILE).write_text(json.dumps(record, indent=1) + "\n",
+                                           encoding="utf-8")
+
+    path = write_directory_in_place(Path(directory), write, _check_replaceable,
+                                    _remove_export_files, "export")
+    return ExportResult(path, prefix, target, {role: path / file_name
+                                               for role, file_name in roles.items()})
+
+
+def _describe(tensor: TensorInfo) -> dict:
+    return {"name": tensor.name, "dtype": tensor.dtype.numpy.name, "shape": list(tensor.shape)}
+
+
+def _build_libraries(build: Build, api: str, prefix: str
+                      ) -> dict[str, tuple[str, Path | Callable[[Path], None]]]:
+    """Compile the API unit with the build's kernels: role -> (file name, the built file or
+    a function writing it to a path)."""
+    from ember.toolchain.archive import archive
+    from ember.toolchain.compiler import build_library, find_compiler
+    from ember.toolchain.units import UnitBuild, UnitSource
+
+    target = build.target
+    if target.arch == "wasm32" or build.units is None:
+        # one translation unit: the build's own source with the API after it
+        library = build_library(build.source + "\n" + api, target)
+        if target.arch == "wasm32":
+            return {"wasm": (f"{prefix}.wasm", library.path)}
+        return {"shared": (f"lib{prefix}.so", library.path)}
+    sources = [UnitSource(text, flags) for text, flags in build.units.flagged_sources()]
+    sources.append(UnitSource(api))
+    with UnitBuild(target) as units:
+        shared = units.link(sources)
+        objects = [obj.path for obj in units.objects(sources)]
+    compiler = find_compiler(target)
+    return {"shared": (f"lib{prefix}.so", shared.path),
+            "static": (f"lib{prefix}.a", lambda out: archive(compiler, objects, out))}
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _check_replaceable(path: Path) -> None:
+    """Refuse an existing ``path`` unless it is an empty directory or an earlier export whose
+    every file ``export.json`` vouches for (by SHA-256)."""
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink() or not path.is_dir():
+        raise SaveTargetError(f"'{path}' exists and is not an export directory; not "
+                              f"overwriting it (choose another path)", path)
+    entries = sorted(os.listdir(path))
+    if not entries:
+        return
+    owned = _export_files(path)
+    foreign = [entry for entry in entries if entry not in owned]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
+                                          if len(foreign) > 5 else "")
+        raise SaveTargetError(f"'{path}' holds files that ember did not export, or that "
+                              f"changed since ({shown}); not overwriting it: move them away "
+                              f"or choose another path", path)
+
+
+def _export_files(directory: Path) -> set[str]:
+    """The names in ``directory`` that its ``export.json`` lists with their current digest
+    (and the record itself); none without a valid record."""
+    record = _read_json_file(directory / EXPORT_FILE)
+    if not isinstance(record, dict) or record.get("format") != EXPORT_FORMAT or \
+            not isinstance(record.get("files"), dict):
+        return set()
+    owned = {EXPORT_FILE}
+    for file_name, digest in record["files"].items():
+        if isinstance(file_name, str) and "/" not in file_name and file_name not in (".", "..") \
+                and _sha256_of_regular_file(directory / file_name) == digest:
+            owned.add(file_name)
+    return owned
+
+
+def _remove_export_files(directory: Path) -> None:
+    """Delete an old export's own files from ``directory``, then the directory if empty."""
+    for file_name in _export_files(directory):
+        with contextlib.suppress(OSError):
+            (directory / file_name).unlink()
+    with contextlib.suppress(OSError):  # not empty: something else is in it
+        os.rmdir(directory)
+
+
+def _readme(spec: ApiSpec, target: Target, roles: dict[str, str]) -> str:
+    p = spec.prefix
+    signature = "\n".join(
+        f"- {kind} {i}: `{t.name}` {t.dtype.numpy.name}{list(t.shape)} ({t.nbytes:,} bytes)"
+        for kind, tensors in (("input", spec.inputs), ("output", spec.outputs))
+        for i, t in enumerate(tensors))
+    if "wasm" in roles:
+        build = (f"`{roles['wasm']}` is a WebAssembly (WASI) module exporting the functions of "
+                 f"`{p}.h`. A host instantiates it with WASI, copies the weights file into "
+                 f"memory from `{p}_alloc`, calls `{p}_open_memory({API_VERSION}, ...)`, then "
+                 f"`{p}_run` with input and output buffers allocated the same way.")
+    else:
+        build = (f"Build a program against it (`examples/c/run_model.c` of ember's repository "
+                 f"runs any export):\n\n"
+                 f"    cc -O2 -I. -DMODEL={p} run_model.c -L. -l{p} -Wl,-rpath,'$ORIGIN' "
+                 f"-o run_model\n"
+                 f"    cc -O2 -I. -DMODEL={p} run_model.c lib{p}.a -lm -pthread "
+                 f"-o run_model_static\n"
+                 f"    ./run_model {p}.weights")
+    return (f"# {p}: exported by ember {__version__}\n\n"
+            f"Target: {target.triple} ({target.vector_bits}-bit vectors). "
+            f"Signature:\n\n{signature}\n\n{build}\n\n"
+            f"The C API, with the ownership and error rules, is documented in `{p}.h`.\n")

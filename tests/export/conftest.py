@@ -1,0 +1,17 @@
+"""Fixtures of the export tests (helpers: export_tools.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+from export_tools import two_way_model
+
+
+@pytest.fixture(scope="session")
+def two_way_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "two_way.onnx"
+    onnx.save(two_way_model(), path)
+    return path
