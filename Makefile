@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test]"
+	tools/install_system_packages.sh
 	touch $(STAMP)
 
 ## Import the bundled default model, run it, and check it against ONNX Runtime.

@@ -681,6 +681,33 @@ class Module:
         return save_batch_blocks(builds, split.inputs, split.batch_outputs, path,
                                  split.output_axes)
 
+    def export(self, directory: str | Path, *, target: str | Target = "host",
+               input_shapes: Mapping[str, Sequence[int]] | None = None,
+               name: str | None = None) -> "ExportResult":
+        """Compile this model for ``target`` and write a directory that runs it without Python
+        (see :func:`ember.export`), for ``input_shapes`` or else the shapes of the current
+        specialization.  Schedules tuned for this machine are kept for the same target only."""
+        from dataclasses import replace
+
+        from ember.package.export import export_build, parse_export_target
+
+        resolved = parse_export_target(target)
+        if input_shapes is not None:
+            shapes = self._shapes_from(input_shapes)
+            missing = [n for n in self.graph.inputs if n not in shapes]
+            if missing:
+                raise InputError(f"export(input_shapes=...) of model '{self.graph.name}' needs "
+                                 f"the shape of every dynamic input; none for {missing}")
+        elif self._last_shapes is not None:
+            shapes = dict(self._last_shapes)
+        else:
+            raise InputError("this module has dynamic input shapes and was not called yet; "
+                             "give export(input_shapes=...)")
+        options = self.options if resolved == self.options.target else replace(
+            self.options, target=resolved, tuned_configs={}, config_chooser=None)
+        build = build_graph(self.graph, shapes, options)
+        return export_build(build, directory, name if name is not None else self.graph.name)
+
     def _save_shapes(self, path: str | Path, input_shapes: Mapping[str, Sequence[int]],
                      batch_blocks: bool | None) -> Path:
         """``save`` of the specialization for ``input_shapes`` (compiled if needed); the

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ember.runtime.errors import InputError, ModelLoadError
+from ember.runtime.errors import ExecutionError, InputError, ModelLoadError
 
 _EXPORT_FILE = "export.json"
 _MAX_RECORD_BYTES = 1 << 20
@@ -129,7 +129,8 @@ class WasmModel:
         start = self._last_error(self._store)
         raw = self._memory.read(self._store, start, start + 512)
         message = bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
-        raise ModelLoadError(f"{self.prefix}.wasm failed {doing} (status {status}): {message}")
+        error = ExecutionError if doing == "running the model" else ModelLoadError
+        raise error(f"{self.prefix}.wasm failed {doing} (status {status}): {message}")
 
 
 def _nbytes(tensor: tuple[str, np.dtype, tuple[int, ...]]) -> int:

@@ -246,3 +246,21 @@ def test_a_target_without_a_cross_compiler_says_what_to_install(monkeypatch, tmp
             compiler.find_compiler(ember.Target.parse("aarch64"))
     finally:
         compiler._find_compiler.cache_clear()
+
+
+def test_a_compiled_module_exports_its_current_shapes(tmp_path):
+    module = ember.compile(TINYNET, input_shapes={"input": (1, 3, 32, 32)})
+    image = np.random.default_rng(2).standard_normal((3, 3, 32, 32)).astype(np.float32)
+    module(image)  # now batch 3 (run in blocks): the current shapes
+    result = module.export(tmp_path / "net")
+    lib = _api(result.directory, "tinynet")
+    assert lib.tinynet_input_shape(0)[:4] == [3, 3, 32, 32]
+    status, handle, _ = _open(lib, "tinynet", result.files["weights"])
+    out = np.empty((3, 10), np.float32)
+    inputs = (ctypes.c_void_p * 1)(image.ctypes.data)
+    outputs = (ctypes.c_void_p * 1)(out.ctypes.data)
+    assert status == 0 and lib.tinynet_run(handle, inputs, outputs) == 0
+    np.testing.assert_allclose(out, module(image), rtol=1e-5, atol=1e-5)
+    lib.tinynet_destroy(handle)
+    with pytest.raises(ember.EmberError, match="needs the shape"):
+        ember.compile(TINYNET).export(tmp_path / "x", input_shapes={})
