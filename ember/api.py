@@ -689,7 +689,7 @@ class Module:
         specialization.  Schedules tuned for this machine are kept for the same target only."""
         from dataclasses import replace
 
-        from ember.package.export import export_build, parse_export_target
+        from ember.package.export import export_build, is_browser_target, parse_export_target
 
         resolved = parse_export_target(target)
         if input_shapes is not None:
@@ -706,7 +706,8 @@ class Module:
         options = self.options if resolved == self.options.target else replace(
             self.options, target=resolved, tuned_configs={}, config_chooser=None)
         build = build_graph(self.graph, shapes, options)
-        return export_build(build, directory, name if name is not None else self.graph.name)
+        return export_build(build, directory, name if name is not None else self.graph.name,
+                            browser=is_browser_target(target))
 
     def _save_shapes(self, path: str | Path, input_shapes: Mapping[str, Sequence[int]],
                      batch_blocks: bool | None) -> Path:
@@ -1009,18 +1010,20 @@ def export(model: Any, directory: str | Path, *, target: str | Target = "host",
     (``wasm32-wasi``), with the weights file they load (see ``ember.package.export``).
 
     ``target``: ``host`` (this machine), ``x86_64-linux`` (any x86-64),
-    ``x86_64-avx2-linux``, ``x86_64-avx512-linux``, ``aarch64-linux``, ``wasm32-wasi``, or any
-    name ``ember.Target.parse`` takes.  The export is built for fixed shapes: every dynamic
+    ``x86_64-avx2-linux``, ``x86_64-avx512-linux``, ``aarch64-linux``, ``wasm32-wasi``,
+    ``wasm32-browser`` (the module with a JavaScript loader and a page), or any name
+    ``ember.Target.parse`` takes.  The export is built for fixed shapes: every dynamic
     dim must be given by ``input_shapes`` (or by ``example_inputs`` for a torch module).
     ``name`` (default: the model's) names the files and prefixes the C functions.  A model
     with nodes that only ember's numpy references run is refused, naming them.
     """
-    from ember.package.export import export_build, parse_export_target
+    from ember.package.export import export_build, is_browser_target, parse_export_target
 
     resolved = parse_export_target(target)
     graph = import_model(model, None, example_inputs, None, base_dir)
     build = build_graph(graph, input_shapes, BuildOptions(target=resolved, opt_level=opt_level))
-    return export_build(build, directory, name if name is not None else graph.name)
+    return export_build(build, directory, name if name is not None else graph.name,
+                        browser=is_browser_target(target))
 
 
 def config_chooser_for(schedule: str, target: Target, opt_level: int

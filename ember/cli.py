@@ -719,8 +719,8 @@ def _add_export(commands: argparse._SubParsersAction) -> None:
                         help="the directory to write")
     parser.add_argument("--target", default="host",
                         help="host (default), x86_64-linux, x86_64-avx2-linux, "
-                             "x86_64-avx512-linux, aarch64-linux, wasm32-wasi (cross targets "
-                             "compile with the ziglang package)")
+                             "x86_64-avx512-linux, aarch64-linux, wasm32-wasi, wasm32-browser "
+                             "(cross targets compile with the ziglang package)")
     parser.add_argument("--name", help="the files' name and the C functions' prefix "
                                        "(default: the model's name)")
     parser.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
@@ -731,7 +731,7 @@ def _add_export(commands: argparse._SubParsersAction) -> None:
 
 def _export(args: argparse.Namespace, console: Console) -> int:
     from ember.driver import BuildOptions, build_graph
-    from ember.package.export import export_build, parse_export_target
+    from ember.package.export import export_build, is_browser_target, parse_export_target
 
     target = parse_export_target(args.target)
     graph = _load(args.model, args.memory_limit)
@@ -739,7 +739,8 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     build = build_graph(graph, shapes, BuildOptions(target=target, opt_level=args.opt_level,
                                                     memory_limit=args.memory_limit))
     console.print(build.report())
-    result = export_build(build, args.output, args.name if args.name else graph.name)
+    result = export_build(build, args.output, args.name if args.name else graph.name,
+                          browser=is_browser_target(args.target))
     console.print(f"wrote {result.directory} for {target.triple}: "
                   f"{', '.join(sorted(p.name for p in result.files.values()))}")
     return EXIT_OK

@@ -7,6 +7,8 @@ directory that a C program -- or a WebAssembly host -- uses with nothing of embe
     libtinynet.so        the model's kernels, its entry point and the API (Linux targets)
     libtinynet.a         the same as a static library (link with -lm -pthread)
     tinynet.wasm         instead of both libraries for wasm32-wasi: one module exporting the API
+    tinynet.js           for wasm32-browser, also: the JavaScript loader (ember.package.browser)
+    index.html           and a page that runs the model and shows its outputs and speed
     tinynet.weights      the weights blob, checked against the library when it is loaded
     export.json          what was written: target, signature, each file's SHA-256
     README.md            how to build a program against it
@@ -14,7 +16,7 @@ directory that a C program -- or a WebAssembly host -- uses with nothing of embe
 Targets are the names of :class:`~ember.core.target.Target` (``native``, ``x86_64``,
 ``x86_64-avx2``, ``x86_64-avx512``, ``aarch64``, ``wasm32``), optionally with the system
 spelled out as most toolchains do (``x86_64-linux``, ``aarch64-linux``, ``wasm32-wasi``);
-``host`` is ``native``.  Cross targets are compiled by the ``ziglang`` package
+``host`` is ``native``, and ``wasm32-browser`` is the wasm32 module with its browser loader.  Cross targets are compiled by the ``ziglang`` package
 (``pip install ziglang``) unless ``$CC`` names a cross compiler.
 
 An export holds one fixed-shape build: a model with dynamic dims is exported for the shapes
@@ -48,7 +50,7 @@ EXPORT_FILE = "export.json"
 EXPORT_FORMAT = "ember-export"
 EXPORT_FORMAT_VERSION = 1
 
-_SYSTEMS = {"linux": ("x86_64", "aarch64"), "wasi": ("wasm32",)}
+_SYSTEMS = {"linux": ("x86_64", "aarch64"), "wasi": ("wasm32",), "browser": ("wasm32",)}
 
 
 def parse_export_target(name: str | Target) -> Target:
@@ -69,7 +71,12 @@ def parse_export_target(name: str | Target) -> Target:
 
 
 EXPORT_TARGETS = ("host", "x86_64-linux", "x86_64-avx2-linux", "x86_64-avx512-linux",
-                  "aarch64-linux", "wasm32-wasi")
+                  "aarch64-linux", "wasm32-wasi", "wasm32-browser")
+
+
+def is_browser_target(name: str | Target) -> bool:
+    """Whether the export target ``name`` asks for the browser loader and page."""
+    return isinstance(name, str) and name.strip().endswith("-browser")
 
 
 @dataclass(frozen=True)
@@ -114,9 +121,11 @@ def weights_blob(build: Build) -> np.ndarray:
     return blob
 
 
-def export_build(build: Build, directory: str | Path, name: str | None = None) -> ExportResult:
+def export_build(build: Build, directory: str | Path, name: str | None = None,
+                 browser: bool = False) -> ExportResult:
     """Write ``build`` as a deployable directory (see the module docstring); ``name`` (default:
-    the graph's name) becomes the file names and the prefix of the C functions."""
+    the graph's name) becomes the file names and the prefix of the C functions; ``browser``
+    (a wasm32 build only) adds the JavaScript loader and the page."""
     prefix = c_prefix(name if name is not None else (build.graph.name or "model"))
     blob = weights_blob(build)
     spec = api_spec(build, prefix, blob)
@@ -129,6 +138,14 @@ def export_build(build: Build, directory: str | Path, name: str | None = None) -
     for role, (file_name, made) in libraries.items():
         contents[file_name] = made
         roles[role] = file_name
+    if browser:
+        if target.arch != "wasm32":
+            raise ExportError(f"a browser export needs a wasm32 build, not {target.triple}")
+        from ember.package.browser import loader_source, page_source
+
+        contents[f"{prefix}.js"] = loader_source(spec).encode("utf-8")
+        contents["index.html"] = page_source(prefix).encode("utf-8")
+        roles["loader"], roles["page"] = f"{prefix}.js", "index.html"
     contents["README.md"] = _readme(spec, target, roles).encode("utf-8")
 
     def write(staging: Path) -> None:
@@ -246,7 +263,13 @@ def _readme(spec: ApiSpec, target: Target, roles: dict[str, str]) -> str:
         f"- {kind} {i}: `{t.name}` {t.dtype.numpy.name}{list(t.shape)} ({t.nbytes:,} bytes)"
         for kind, tensors in (("input", spec.inputs), ("output", spec.outputs))
         for i, t in enumerate(tensors))
-    if "wasm" in roles:
+    if "page" in roles:
+        build = (f"Serve this directory over HTTP (for example `python -m http.server`) and open "
+                 f"`index.html`: it loads the model with `{p}.js`, runs it and shows the outputs "
+                 f"and the time per call. In your own page: `import {{ load }} from "
+                 f"\"./{p}.js\"; const model = await load(); const outputs = "
+                 f"model.run(inputs);` (one typed array per input and output).")
+    elif "wasm" in roles:
         build = (f"`{roles['wasm']}` is a WebAssembly (WASI) module exporting the functions of "
                  f"`{p}.h`. A host instantiates it with WASI, copies the weights file into "
                  f"memory from `{p}_alloc`, calls `{p}_open_memory({API_VERSION}, ...)`, then "

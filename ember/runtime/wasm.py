@@ -98,7 +98,7 @@ class WasmModel:
         for (name, dtype, shape), address in zip(self.inputs, self._in_buffers):
             if name not in feeds:
                 raise InputError(f"missing input '{name}'")
-            value = np.ascontiguousarray(feeds[name])
+            value = np.asarray(feeds[name], order="C")  # (ascontiguousarray makes 0-d 1-d)
             if value.dtype != dtype or value.shape != shape:
                 raise InputError(f"input '{name}' must be {dtype}{list(shape)}, got "
                                  f"{value.dtype}{list(value.shape)}")

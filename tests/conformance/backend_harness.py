@@ -150,3 +150,43 @@ def run_suite_case(case, mode: str = "reference", opt_level: int = 2) -> tuple[s
         return "error", f"{type(error).__name__}: {error}\n" + "".join(
             traceback.format_exception(error)[-3:])
     return "pass", ""
+
+
+def run_wasm_case(case, directory: str) -> tuple[str, str]:
+    """('pass' | 'fail' | 'error' | 'skip', detail) for one suite case exported for
+    wasm32-wasi (``ember export``) into ``directory`` and run in wasmtime
+    (``ember.runtime.wasm``).  'skip': not exportable as it stands -- inputs that are not
+    tensors, or nodes that only numpy fallbacks run (which a module cannot call)."""
+    import ember
+    from ember.core.errors import CompileError, UnsupportedOpError
+    from ember.package.c_api import ExportError
+    from ember.runtime.wasm import WasmModel
+
+    try:
+        model, sets = data_sets(case)
+    except Exception as error:
+        return "error", f"cannot load the case: {type(error).__name__}: {error}"
+    initializers = {i.name for i in model.graph.initializer}
+    names = [vi.name for vi in model.graph.input if vi.name not in initializers]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for index, (inputs, expected) in enumerate(sets):
+                if any(not isinstance(v, np.ndarray) for v in inputs) or \
+                        any(not isinstance(v, np.ndarray) for v in expected):
+                    return "skip", "inputs or outputs that are not tensors"
+                feeds = dict(zip(names, inputs))
+                target = os.path.join(directory, f"set{index}")
+                try:
+                    ember.export(model, target, target="wasm32-wasi", name="model",
+                                 input_shapes={n: v.shape for n, v in feeds.items()})
+                except (ExportError, UnsupportedOpError, CompileError) as error:
+                    return "skip", str(error).splitlines()[0]
+                outputs = WasmModel(target).run(feeds)
+                compare_outputs(expected, list(outputs.values()), case.rtol, case.atol)
+    except AssertionError as error:
+        return "fail", f"AssertionError: {str(error).strip()}"
+    except Exception as error:
+        return "error", f"{type(error).__name__}: {error}\n" + "".join(
+            traceback.format_exception(error)[-3:])
+    return "pass", ""

@@ -111,3 +111,75 @@ def test_zig_is_given_cpus_in_its_own_spelling():
     assert gcc.cpu_flags(arm) == ["-march=armv8.2-a+dotprod+fp16"]
     assert zig.cpu_flags(ember.Target.parse("x86_64-avx2")) == ["-mcpu=x86_64_v3"]
     assert zig.cpu_flags(ember.Target.parse("wasm32")) == ["-msimd128"]
+
+
+def _browser() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def run_in_browser(directory: Path, timeout: float = 120) -> dict:
+    """Serve ``directory`` on localhost, open its index.html?report=1 in headless Chromium,
+    and return the JSON the page posts back."""
+    import http.server
+    import json
+    import queue
+    import threading
+
+    results: queue.Queue = queue.Queue()
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(directory), **kwargs)
+
+        def do_POST(self):  # noqa: N802 -- the http.server API
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            results.put(json.loads(body))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    profile = directory.parent / "chromium-profile"
+    browser = subprocess.Popen(
+        [_browser(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={profile}",
+         f"http://127.0.0.1:{server.server_address[1]}/index.html?report=1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        return results.get(timeout=timeout)
+    finally:
+        browser.kill()
+        browser.wait()
+        server.shutdown()
+
+
+def pattern_input(shape: tuple[int, ...]) -> np.ndarray:
+    """The input examples/c/run_model.c and the page make: a fixed pattern."""
+    k = np.arange(int(np.prod(shape)), dtype=np.int64)
+    return ((k * 7919 % 1000 - 500) / 500).astype(np.float32).reshape(shape)
+
+
+@needs_zig
+def test_wasm32_browser_page_runs_the_model_in_headless_chromium(tmp_path):
+    if _browser() is None:
+        pytest.skip("the browser test needs Chromium (apt-get install chromium; make "
+                    "installs it)")
+    directory = tmp_path / "site"
+    result = ember.export(TINYNET, directory, target="wasm32-browser",
+                          input_shapes={"input": (2, 3, 32, 32)})
+    assert {"loader", "page", "wasm", "weights"} <= set(result.files)
+    page = run_in_browser(directory)
+    assert "error" not in page, page
+    assert page["threads"] == 1 and page["milliseconds"] >= 0
+    (output,) = page["outputs"]
+    assert output["name"] == "logits" and output["shape"] == [2, 10]
+    expected = reference(TINYNET, {"input": pattern_input((2, 3, 32, 32))})["logits"]
+    np.testing.assert_allclose(np.array(output["values"], np.float32).reshape(2, 10), expected,
+                               rtol=1e-4, atol=1e-4)
