@@ -55,6 +55,7 @@ from ember.runtime.model import CompiledModel, HostFunction, check_thread_count
 from ember.schedule.config import KernelConfig, ScheduleConfigError
 
 if TYPE_CHECKING:
+    from ember.package.c_api import DimsSpec
     from ember.package.export import ExportResult
     from ember.profile import Peak, Profile
 
@@ -1003,7 +1004,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
 
 def export(model: Any, directory: str | Path, *, target: str | Target = "host",
            input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
-           example_inputs: Any = None, opt_level: int = 2,
+           dynamic_dims: Sequence[str] = (), example_inputs: Any = None, opt_level: int = 2,
+           memory_limit: int | str | None = None,
            base_dir: str | Path | None = None) -> "ExportResult":
     """Compile ``model`` for ``target`` and write a directory that runs it without Python:
     a C header and a shared and a static library (Linux targets), or a WebAssembly module
@@ -1016,14 +1018,63 @@ def export(model: Any, directory: str | Path, *, target: str | Target = "host",
     dim must be given by ``input_shapes`` (or by ``example_inputs`` for a torch module).
     ``name`` (default: the model's) names the files and prefixes the C functions.  A model
     with nodes that only ember's numpy references run is refused, naming them.
+    ``dynamic_dims`` names symbolic input dims (``"seq"``) that the export takes at run time
+    instead (``<name>_set_dims`` in C): the model is traced at the sizes ``input_shapes``
+    gives them, and the export serves every size its guards admit (``export.json`` and the
+    README say which: for a sequence length, a range such as 16..31).
     """
     from ember.package.export import export_build, is_browser_target, parse_export_target
 
     resolved = parse_export_target(target)
-    graph = import_model(model, None, example_inputs, None, base_dir)
-    build = build_graph(graph, input_shapes, BuildOptions(target=resolved, opt_level=opt_level))
-    return export_build(build, directory, name if name is not None else graph.name,
-                        browser=is_browser_target(target))
+    graph = import_model(model, memory_limit, example_inputs, None, base_dir)
+    options = BuildOptions(target=resolved, opt_level=opt_level, memory_limit=memory_limit)
+    name = name if name is not None else graph.name
+    browser = is_browser_target(target)
+    if not dynamic_dims:
+        return export_build(build_graph(graph, input_shapes, options), directory, name,
+                            browser=browser)
+    build, dims = _traced_for_export(graph, options, input_shapes, dynamic_dims)
+    return export_build(build, directory, name, browser=browser, dims=dims)
+
+
+def _traced_for_export(graph: Graph, options: BuildOptions,
+                       input_shapes: Mapping[str, Sequence[int]] | None,
+                       dynamic_dims: Sequence[str]) -> "tuple[Build, DimsSpec]":
+    """A build traced over ``dynamic_dims`` at the sizes ``input_shapes`` gives them, and the
+    C API's description of its dims."""
+    from ember.dynamic_dims import covered_sizes
+    from ember.package.c_api import DimsSpec
+
+    shapes = {name: tuple(int(d) for d in shape) for name, shape in (input_shapes or {}).items()}
+    missing = [n for n in graph.inputs if n not in shapes and not graph.types[n].is_static]
+    if missing:
+        raise InputError(f"export(dynamic_dims=...) traces the model at the sizes input_shapes "
+                         f"gives: no shape for {missing}")
+    sizes = {}
+    for name in graph.inputs:
+        vtype = graph.types[name]
+        for dim, size in zip(vtype.shape, shapes.get(name, vtype.shape)):
+            symbol = single_symbol(dim)
+            if symbol is not None:
+                sizes.setdefault(symbol, int(size))
+    unknown = [d for d in dynamic_dims if d not in sizes]
+    if unknown:
+        raise InputError(f"dynamic_dims {unknown} are not symbolic dims of the inputs "
+                         f"(they have {sorted(sizes)})")
+    fixed = {n: shapes.get(n, graph.types[n].shape) for n in graph.inputs}
+    try:
+        variant = build_traced(graph, options, fixed, {d: sizes[d] for d in dynamic_dims})
+    except NotTraceable as why:
+        raise InputError(f"cannot export {list(dynamic_dims)} as run-time dims: {why}") from None
+    trace = variant.trace
+    guards = tuple((f"({g.lhs.c_code()}) {g.op} ({g.rhs.c_code()})", str(g))
+                   for g in trace.guards)
+    inputs = tuple(tuple(e.c_code() for e in variant.inputs[n]) for n in graph.inputs)
+    return variant.build, DimsSpec(
+        trace.names, trace.samples, guards, inputs,
+        tuple(tuple(e.c_code() for e in shape) for shape in variant.outputs),
+        variant.workspace.c_code(),
+        tuple(covered_sizes(trace, trace.samples, i) for i in range(len(trace.names))))
 
 
 def config_chooser_for(schedule: str, target: Target, opt_level: int

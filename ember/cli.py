@@ -724,23 +724,25 @@ def _add_export(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--name", help="the files' name and the C functions' prefix "
                                        "(default: the model's name)")
     parser.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
-    _add_dim_option(parser, "size of a symbolic dimension (an export has fixed shapes)")
+    _add_dim_option(parser, "size of a symbolic dimension (fixed in the export, or the traced "
+                            "sample of a --dynamic one)")
+    parser.add_argument("--dynamic", action="append", default=[], metavar="NAME",
+                        help="a symbolic dimension the export takes at run time "
+                             "(NAME_set_dims in C), traced at its --dim size; repeatable")
     _add_memory_limit_option(parser)
     parser.set_defaults(handler=_export)
 
 
 def _export(args: argparse.Namespace, console: Console) -> int:
-    from ember.driver import BuildOptions, build_graph
-    from ember.package.export import export_build, is_browser_target, parse_export_target
+    from ember.api import export
 
-    target = parse_export_target(args.target)
     graph = _load(args.model, args.memory_limit)
     shapes = _compile_shapes(graph, _bindings(graph, args.dim))
-    build = build_graph(graph, shapes, BuildOptions(target=target, opt_level=args.opt_level,
-                                                    memory_limit=args.memory_limit))
-    console.print(build.report())
-    result = export_build(build, args.output, args.name if args.name else graph.name,
-                          browser=is_browser_target(args.target))
+    result = export(graph, args.output, target=args.target, input_shapes=shapes,
+                    name=args.name if args.name else graph.name, dynamic_dims=args.dynamic,
+                    opt_level=args.opt_level, memory_limit=args.memory_limit)
+    console.print(result.report)
+    target = result.target
     console.print(f"wrote {result.directory} for {target.triple}: "
                   f"{', '.join(sorted(p.name for p in result.files.values()))}")
     return EXIT_OK

@@ -14,7 +14,8 @@ no bundler: ``<name>.js`` is one ES module::
 ``index.html`` loads the model, runs it on a fixed input (the pattern of
 ``examples/c/run_model.c``), and shows the outputs, the time per call and how many threads
 it ran on; opened as ``index.html?report=1`` it also posts that result as JSON to ``result``
-beside it (a test or benchmark harness serving the page reads it there).  The module runs on one thread: threads in the browser need a cross-origin
+beside it (a test or benchmark harness serving the page reads it there).  The module runs
+on one thread: threads in the browser need a cross-origin
 isolated page (COOP/COEP headers) and a threaded build, which this export is not; the page
 says which of the two is missing.
 
@@ -70,7 +71,9 @@ function wasiImports(getMemory) {
       for (let i = 0; i < count; i++) {
         const base = view().getUint32(iovs + 8 * i, true);
         const length = view().getUint32(iovs + 8 * i + 4, true);
-        if (fd === 1 || fd === 2) pending[fd] += decoder.decode(memory.subarray(base, base + length));
+        if (fd === 1 || fd === 2) {
+          pending[fd] += decoder.decode(memory.subarray(base, base + length));
+        }
         total += length;
       }
       for (const stream of [1, 2]) {
@@ -82,7 +85,8 @@ function wasiImports(getMemory) {
       return fd === 1 || fd === 2 ? 0 : EBADF;
     },
     clock_time_get(id, precision, out) {
-      const nanoseconds = BigInt(Math.round((id === 0 ? Date.now() : performance.now()) * 1e6));
+      const milliseconds = id === 0 ? Date.now() : performance.now();
+      const nanoseconds = BigInt(Math.round(milliseconds * 1e6));
       view().setBigUint64(out, nanoseconds, true);
       return 0;
     },
@@ -90,8 +94,16 @@ function wasiImports(getMemory) {
       crypto.getRandomValues(new Uint8Array(getMemory().buffer, buffer, length));
       return 0;
     },
-    environ_sizes_get(count, size) { view().setUint32(count, 0, true); view().setUint32(size, 0, true); return 0; },
-    args_sizes_get(count, size) { view().setUint32(count, 0, true); view().setUint32(size, 0, true); return 0; },
+    environ_sizes_get(count, size) {
+      view().setUint32(count, 0, true);
+      view().setUint32(size, 0, true);
+      return 0;
+    },
+    args_sizes_get(count, size) {
+      view().setUint32(count, 0, true);
+      view().setUint32(size, 0, true);
+      return 0;
+    },
     environ_get() { return 0; },
     args_get() { return 0; },
     fd_prestat_get() { return EBADF; },
@@ -129,7 +141,8 @@ class Model {
     this.inputs.forEach((t, i) => {
       const value = given[i];
       if (!value || value.byteLength !== t.nbytes) {
-        throw new Error(`input ${i} ('${t.name}') must be ${t.nbytes} bytes (${t.dtype}[${t.shape}])`);
+        throw new Error(`input ${i} ('${t.name}') must be ${t.nbytes} bytes ` +
+                        `(${t.dtype}[${t.shape}])`);
       }
       new Uint8Array(this.exports.memory.buffer, this.inBuffers[i], t.nbytes)
         .set(new Uint8Array(value.buffer, value.byteOffset, value.byteLength));
@@ -137,7 +150,8 @@ class Model {
     const status = this.api("run")(this.handle, this.inArray, this.outArray);
     if (status !== 0) throw new Error(lastError(this.exports, SIGNATURE.prefix, status));
     return this.outputs.map((t, j) => {
-      const bytes = new Uint8Array(this.exports.memory.buffer, this.outBuffers[j], t.nbytes).slice();
+      const memory = new Uint8Array(this.exports.memory.buffer);
+      const bytes = memory.slice(this.outBuffers[j], this.outBuffers[j] + t.nbytes);
       return new globalThis[t.array](bytes.buffer);
     });
   }
@@ -155,9 +169,13 @@ function lastError(exports, prefix, status) {
 // and open the model.
 export async function load(base = new URL(".", import.meta.url)) {
   const url = (file) => new URL(file, base);
+  const fetchBytes = async (file) => {
+    const response = await fetch(url(file));
+    if (!response.ok) throw new Error(`${response.url}: ${response.status}`);
+    return response.arrayBuffer();
+  };
   const [binary, weights] = await Promise.all([
-    fetch(url(`${SIGNATURE.prefix}.wasm`)).then((r) => { if (!r.ok) throw new Error(`${r.url}: ${r.status}`); return r.arrayBuffer(); }),
-    fetch(url(`${SIGNATURE.prefix}.weights`)).then((r) => { if (!r.ok) throw new Error(`${r.url}: ${r.status}`); return r.arrayBuffer(); }),
+    fetchBytes(`${SIGNATURE.prefix}.wasm`), fetchBytes(`${SIGNATURE.prefix}.weights`),
   ]);
   let memory = null;
   const { instance } = await WebAssembly.instantiate(binary, {
@@ -194,7 +212,8 @@ _PAGE = r"""<!doctype html>
 <style>
   body { font: 15px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
   table { border-collapse: collapse; margin: 1em 0; }
-  td, th { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; font-family: monospace; }
+  td, th { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left;
+           font-family: monospace; }
   #status.error { color: #b00; }
 </style>
 </head>
@@ -202,13 +221,18 @@ _PAGE = r"""<!doctype html>
 <h1>ember model <code>@PREFIX@</code> in WebAssembly</h1>
 <p id="status">loading...</p>
 <p id="threads"></p>
-<table id="outputs"><thead><tr><th>output</th><th>shape</th><th>first values</th></tr></thead><tbody></tbody></table>
+<table id="outputs">
+<thead><tr><th>output</th><th>shape</th><th>first values</th></tr></thead><tbody></tbody>
+</table>
 <pre id="result" hidden></pre>
 <script type="module">
 import { load } from "./@PREFIX@.js";
 
 const status = document.getElementById("status");
-function show(text, error = false) { status.textContent = text; status.className = error ? "error" : ""; }
+function show(text, error = false) {
+  status.textContent = text;
+  status.className = error ? "error" : "";
+}
 
 // the input of examples/c/run_model.c: a fixed pattern, so that results can be compared
 function pattern(tensor) {
@@ -233,11 +257,13 @@ try {
   }
   times.sort((a, b) => a - b);
   const median = times[times.length >> 1];
-  show(`loaded in ${loaded.toFixed(1)} ms; ${median.toFixed(3)} ms per call (median of 20)`);
+  show(`loaded in ${loaded.toFixed(1)} ms; ` +
+       `${median.toFixed(3)} ms per call (median of 20)`);
   document.getElementById("threads").textContent = crossOriginIsolated
     ? "1 thread: the page is cross-origin isolated, but this export is single-threaded."
     : "1 thread: threads need a cross-origin isolated page (serve it with the headers " +
-      "Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp) " +
+      "Cross-Origin-Opener-Policy: same-origin and " +
+      "Cross-Origin-Embedder-Policy: require-corp) " +
       "and a threaded export.";
   const body = document.querySelector("#outputs tbody");
   const result = { milliseconds: median, threads: 1, outputs: [] };
@@ -245,8 +271,9 @@ try {
     const values = Array.from(outputs[j], (v) => typeof v === "bigint" ? Number(v) : v);
     result.outputs.push({ name: tensor.name, shape: tensor.shape, values });
     const row = body.insertRow();
-    for (const text of [tensor.name, `[${tensor.shape.join(", ")}]`,
-                        values.slice(0, 8).map((v) => +v.toPrecision(6)).join(" ") + (values.length > 8 ? " ..." : "")]) {
+    const first = values.slice(0, 8).map((v) => +v.toPrecision(6)).join(" ");
+    const more = values.length > 8 ? " ..." : "";
+    for (const text of [tensor.name, `[${tensor.shape.join(", ")}]`, first + more]) {
       row.insertCell().textContent = text;
     }
   });

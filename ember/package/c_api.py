@@ -95,7 +95,8 @@ def c_prefix(name: str) -> str:
     return prefix
 
 
-_SAFE_STRING_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-:/ ")
+_SAFE_STRING_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                               b"0123456789_.-:/ ")
 
 
 def c_string_literal(text: str) -> str:
@@ -122,8 +123,32 @@ class TensorInfo:
 
 
 @dataclass(frozen=True)
+class DimsSpec:
+    """The dims a traced build takes at run time, as C: ``em_dims[i]`` is dim ``names[i]``.
+
+    ``guards`` are (C condition, readable text) pairs that every call's dims must satisfy
+    (the sizes the build serves); ``inputs`` and ``outputs`` give each axis of each tensor
+    as a C expression over ``em_dims``; ``workspace`` the workspace bytes; ``covered`` the
+    sizes of each dim around its sample that the guards admit (for the documentation)."""
+
+    names: tuple[str, ...]
+    samples: tuple[int, ...]
+    guards: tuple[tuple[str, str], ...]
+    inputs: tuple[tuple[str, ...], ...]
+    outputs: tuple[tuple[str, ...], ...]
+    workspace: str
+    covered: tuple[tuple[int, int] | None, ...]
+
+
+# The largest run-time dim a traced export accepts: size expressions are int64 arithmetic, and
+# products of a few dims of at most this size times a build's constants stay far from overflow.
+MAX_RUNTIME_DIM = 1 << 16
+
+
+@dataclass(frozen=True)
 class ApiSpec:
-    """What the C API of one model needs to know."""
+    """What the C API of one model needs to know (``dims``: a traced build's run-time dims;
+    its tensors' shapes are then the traced sample's)."""
 
     prefix: str
     inputs: tuple[TensorInfo, ...]
@@ -131,6 +156,7 @@ class ApiSpec:
     weights_size: int
     weights_sha256: bytes
     workspace_size: int
+    dims: DimsSpec | None = None
 
 
 def weights_digest(blob: np.ndarray) -> bytes:
@@ -221,8 +247,19 @@ int {p}_open(int api_version, const char *weights_path, {p}_model **model);
 int {p}_open_memory(int api_version, const void *weights_file, size_t size, {p}_model **model);
 void {p}_destroy({p}_model *model);
 
-/* inputs[i] -> outputs[j], in the orders of the indices above. */
+/* inputs[i] -> outputs[j], in the orders of the indices above (of the bound sizes). */
 int {p}_run({p}_model *model, const void *const *inputs, void *const *outputs);
+
+/* Run-time dims (a model exported with dynamic dims; none otherwise).  Before a run, set
+   every dim (in the order of {p}_dim_name); then the bound_ functions give this handle's
+   shapes and sizes.  A dynamic axis shows as -1 in {p}_input_shape and {p}_output_shape. */
+int {p}_num_dims(void);
+const char *{p}_dim_name(int index);
+int {p}_set_dims({p}_model *model, const int64_t *dims);
+const int64_t *{p}_bound_input_shape(const {p}_model *model, int index);
+const int64_t *{p}_bound_output_shape(const {p}_model *model, int index);
+size_t {p}_bound_input_nbytes(const {p}_model *model, int index);
+size_t {p}_bound_output_nbytes(const {p}_model *model, int index);
 
 /* Threads of the kernels, the calling thread included (n <= 0: the CPUs available). */
 void {p}_set_num_threads(int n);
@@ -263,32 +300,71 @@ def _c_table(values: list[str], ctype: str, name: str) -> str:
 def api_source(spec: ApiSpec) -> str:
     """The C unit implementing ``header_source(spec)`` on top of ``ember_run``."""
     p = spec.prefix
+    dims = spec.dims
     tensors = {"input": spec.inputs, "output": spec.outputs}
-    tables = []
+    exprs = {"input": dims.inputs if dims else None, "output": dims.outputs if dims else None}
+    tables, binds = [], []
     for kind, infos in tensors.items():
         tables.append(_c_table([c_string_literal(t.name) for t in infos], "char *const",
                                f"em_{kind}_names"))
         tables.append(_c_table([str(t.dtype.onnx) for t in infos], "int", f"em_{kind}_dtypes"))
         tables.append(_c_table([str(len(t.shape)) for t in infos], "int", f"em_{kind}_ranks"))
-        tables.append(_c_table([f"UINT64_C({t.nbytes})" for t in infos], "uint64_t",
-                               f"em_{kind}_nbytes"))
         tables.append(_c_table([str(t.dtype.itemsize) for t in infos], "int",
                                f"em_{kind}_itemsizes"))
         for i, t in enumerate(infos):
-            tables.append(_c_table([f"INT64_C({d})" for d in t.shape], "int64_t",
-                                   f"em_{kind}_shape{i}"))
+            axes = exprs[kind][i] if exprs[kind] else tuple(f"INT64_C({d})" for d in t.shape)
+            static = [f"INT64_C({d})" if _is_constant(a) else "INT64_C(-1)"
+                      for d, a in zip(t.shape, axes)]
+            tables.append(_c_table(static, "int64_t", f"em_{kind}_shape{i}"))
+            for axis, expr in enumerate(axes):
+                binds.append(f"  model->{kind}_shapes[{i}][{axis}] = {expr};")
+            count = " * ".join(f"(uint64_t)model->{kind}_shapes[{i}][{a}]"
+                               for a in range(len(axes))) or "UINT64_C(1)"
+            binds.append(f"  model->{kind}_nbytes[{i}] = {count} * "
+                         f"(uint64_t)em_{kind}_itemsizes[{i}];")
         shapes = ", ".join(f"em_{kind}_shape{i}" for i in range(len(infos))) or "0"
         tables.append(f"static const int64_t *const em_{kind}_shapes[] = {{{shapes}}};")
+    names = dims.names if dims else ()
+    tables.append(_c_table([c_string_literal(n) for n in names], "char *const", "em_dim_names"))
+    guards = dims.guards if dims else ()
+    checks = "\n".join(
+        f"  if (!({condition}))\n"
+        f"    return em_fail(EM_ARGUMENT, \"{p}_set_dims: %s is outside the sizes this export "
+        f"serves (the guard %s)\", described, {c_string_literal(text)});"
+        for condition, text in guards)
     statuses = ", ".join(c_string_literal(name) for name in STATUS_CODES)
     n_in, n_out = len(spec.inputs), len(spec.outputs)
-    return _API_TEMPLATE.format(
+    max_rank = max([len(t.shape) for t in (*spec.inputs, *spec.outputs)] + [1])
+    return (_DIMS_HELPERS if dims else "") + _API_TEMPLATE.format(
         p=p, api_version=API_VERSION, n_in=n_in, n_out=n_out, tables="\n".join(tables),
-        n_in_slots=max(n_in, 1), n_out_slots=max(n_out, 1),
+        n_in_slots=max(n_in, 1), n_out_slots=max(n_out, 1), max_rank=max_rank,
+        n_dims=len(names), n_dim_slots=max(len(names), 1), max_dim=MAX_RUNTIME_DIM,
+        guards=checks, binds="\n".join(binds),
+        workspace=dims.workspace if dims else f"INT64_C({spec.workspace_size})",
         weights_size=spec.weights_size,
         digest=", ".join(f"0x{b:02x}" for b in spec.weights_sha256),
-        workspace_size=spec.workspace_size, magic=c_string_literal(WEIGHTS_MAGIC.decode()),
+        magic=c_string_literal(WEIGHTS_MAGIC.decode()),
         header_bytes=WEIGHTS_HEADER_BYTES, format_version=WEIGHTS_FORMAT_VERSION,
         align=KERNEL_ALIGNMENT, statuses=statuses, n_statuses=len(STATUS_CODES))
+
+
+def _is_constant(expr: str) -> bool:
+    return re.fullmatch(r"INT64_C\(\d+\)", expr) is not None
+
+
+# Division helpers of the size expressions (``SizeExpr.c_code``), defined before the unit so
+# that a divisor of 0 gives 0 instead of undefined behaviour (dims are checked to be >= 1
+# first, but a guard may divide by a difference of them).
+_DIMS_HELPERS = r"""#include <stdint.h>
+static int64_t em_api_floordiv(int64_t a, int64_t b)
+{
+  if (b == 0)
+    return 0;
+  return a / b - ((a % b != 0) & ((a < 0) != (b < 0)));
+}
+#define EM_FLOORDIV(a, b) em_api_floordiv((a), (b))
+#define EM_FLOORMOD(a, b) ((a) - EM_FLOORDIV(a, b) * (b))
+"""
 
 
 _API_TEMPLATE = r"""/* The C API of the model "{p}" (see {p}.h), generated by ember. */
@@ -311,9 +387,10 @@ enum {{ EM_OK = 0, EM_ARGUMENT = 1, EM_IO = 2, EM_WEIGHTS = 3, EM_MEMORY = 4, EM
 
 #define EM_NUM_INPUTS {n_in}
 #define EM_NUM_OUTPUTS {n_out}
+#define EM_NUM_DIMS {n_dims}
+#define EM_MAX_RANK {max_rank}
 #define EM_WEIGHTS_SIZE UINT64_C({weights_size})
 static const uint8_t em_weights_sha256[32] = {{{digest}}};
-#define EM_WORKSPACE_SIZE UINT64_C({workspace_size})
 #define EM_HEADER_BYTES {header_bytes}
 #define EM_ALIGN {align}
 
@@ -325,7 +402,15 @@ typedef struct {p}_model {p}_model;
 struct {p}_model {{
   uint8_t *weights;
   uint8_t *workspace;
+  uint64_t workspace_bytes;
+  int dims_set;                     /* 1 once the dims are bound (always, without dims) */
+  int64_t dims[{n_dim_slots}];
+  int64_t input_shapes[{n_in_slots}][EM_MAX_RANK];
+  int64_t output_shapes[{n_out_slots}][EM_MAX_RANK];
+  uint64_t input_nbytes[{n_in_slots}];
+  uint64_t output_nbytes[{n_out_slots}];
   uint8_t *scratch[{n_out_slots}];  /* aligned stand-ins for misaligned caller outputs */
+  uint64_t scratch_bytes[{n_out_slots}];
 }};
 
 /* ---- errors: the calling thread's last message ---- */
@@ -365,8 +450,51 @@ EM_GETTER(input, EM_NUM_INPUTS, rank, int, em_input_ranks, -1)
 EM_GETTER(output, EM_NUM_OUTPUTS, rank, int, em_output_ranks, -1)
 EM_GETTER(input, EM_NUM_INPUTS, shape, const int64_t *, em_input_shapes, 0)
 EM_GETTER(output, EM_NUM_OUTPUTS, shape, const int64_t *, em_output_shapes, 0)
-EM_GETTER(input, EM_NUM_INPUTS, nbytes, size_t, em_input_nbytes, 0)
-EM_GETTER(output, EM_NUM_OUTPUTS, nbytes, size_t, em_output_nbytes, 0)
+
+/* The bytes of a static shape (0 when an axis is dynamic: the bound_ functions know it). */
+static size_t em_static_nbytes(const int64_t *shape, int rank, int itemsize)
+{{
+  size_t count = (size_t)itemsize;
+  for (int d = 0; d < rank; ++d) {{
+    if (shape[d] < 0)
+      return 0;
+    count *= (size_t)shape[d];
+  }}
+  return count;
+}}
+
+EM_API size_t {p}_input_nbytes(int index)
+{{
+  if (index < 0 || index >= EM_NUM_INPUTS)
+    return 0;
+  return em_static_nbytes(em_input_shapes[index], em_input_ranks[index],
+                          em_input_itemsizes[index]);
+}}
+
+EM_API size_t {p}_output_nbytes(int index)
+{{
+  if (index < 0 || index >= EM_NUM_OUTPUTS)
+    return 0;
+  return em_static_nbytes(em_output_shapes[index], em_output_ranks[index],
+                          em_output_itemsizes[index]);
+}}
+
+/* ---- run-time dims ---- */
+EM_API int {p}_num_dims(void) {{ return EM_NUM_DIMS; }}
+
+EM_API const char *{p}_dim_name(int index)
+{{
+  return index >= 0 && index < EM_NUM_DIMS ? em_dim_names[index] : 0;
+}}
+
+#define EM_BOUND(kind, count, what, type, field) \
+  EM_API type {p}_bound_##kind##_##what(const {p}_model *model, int index) \
+  {{ return model != NULL && model->dims_set && index >= 0 && index < count \
+            ? (type)model->field[index] : (type)0; }}
+EM_BOUND(input, EM_NUM_INPUTS, shape, const int64_t *, input_shapes)
+EM_BOUND(output, EM_NUM_OUTPUTS, shape, const int64_t *, output_shapes)
+EM_BOUND(input, EM_NUM_INPUTS, nbytes, size_t, input_nbytes)
+EM_BOUND(output, EM_NUM_OUTPUTS, nbytes, size_t, output_nbytes)
 
 static int em_index(const char *const *names, int count, const char *name)
 {{
@@ -499,17 +627,71 @@ static int em_check_header(const uint8_t *h, const char *source)
 }}
 
 /* A handle whose weights blob is allocated but not yet filled. */
+/* Bind the dims em_dims (checked): every shape and size of a call at them, and a workspace
+   that large. */
+static int em_bind({p}_model *model, const int64_t *em_dims, const char *described)
+{{
+  (void)em_dims; (void)described;
+{guards}
+{binds}
+  const int64_t workspace = {workspace};
+  if (workspace < 0)
+    return em_fail(EM_ARGUMENT, "{p}_set_dims: %s gives a negative workspace", described);
+  if (model->workspace == NULL || (uint64_t)workspace > model->workspace_bytes) {{
+    uint8_t *grown = em_aligned((uint64_t)workspace);
+    if (grown == NULL)
+      return em_fail(EM_MEMORY, "cannot allocate %lld bytes of workspace",
+                     (long long)workspace);
+    free(model->workspace);
+    model->workspace = grown;
+    model->workspace_bytes = (uint64_t)workspace;
+  }}
+  for (int d = 0; d < EM_NUM_DIMS; ++d)
+    model->dims[d] = em_dims[d];
+  model->dims_set = 1;
+  return EM_OK;
+}}
+
+EM_API int {p}_set_dims({p}_model *model, const int64_t *dims)
+{{
+  if (model == NULL)
+    return em_fail(EM_ARGUMENT, "{p}_set_dims: the model is NULL");
+  if (EM_NUM_DIMS == 0)
+    return EM_OK;
+  if (dims == NULL)
+    return em_fail(EM_ARGUMENT, "{p}_set_dims: the dims are NULL");
+  char described[256] = "";
+  size_t used = 0;
+  for (int d = 0; d < EM_NUM_DIMS && used < sizeof described; ++d)
+    used += (size_t)snprintf(described + used, sizeof described - used, "%s%s=%lld",
+                             d ? ", " : "", em_dim_names[d], (long long)dims[d]);
+  for (int d = 0; d < EM_NUM_DIMS; ++d)
+    if (dims[d] < 1 || dims[d] > {max_dim})
+      return em_fail(EM_ARGUMENT, "{p}_set_dims: %s: every dim must be in 1..{max_dim}",
+                     described);
+  return em_bind(model, dims, described);
+}}
+
+/* A handle whose weights blob is allocated but not yet filled (bound at the traced sample's
+   dims, or at the static shapes). */
 static int em_new_model({p}_model **out)
 {{
   {p}_model *model = calloc(1, sizeof *model);
   if (model == NULL)
     return em_fail(EM_MEMORY, "cannot allocate the model handle");
   model->weights = em_aligned(EM_WEIGHTS_SIZE);
-  model->workspace = em_aligned(EM_WORKSPACE_SIZE);
-  if (model->weights == NULL || model->workspace == NULL) {{
+  if (model->weights == NULL) {{
     {p}_destroy(model);
-    return em_fail(EM_MEMORY, "cannot allocate %llu bytes of weights and %llu of workspace",
-                   (unsigned long long)EM_WEIGHTS_SIZE, (unsigned long long)EM_WORKSPACE_SIZE);
+    return em_fail(EM_MEMORY, "cannot allocate %llu bytes of weights",
+                   (unsigned long long)EM_WEIGHTS_SIZE);
+  }}
+  if (EM_NUM_DIMS == 0) {{
+    const int64_t none[1] = {{0}};
+    const int status = em_bind(model, none, "");
+    if (status != EM_OK) {{
+      {p}_destroy(model);
+      return status;
+    }}
   }}
   *out = model;
   return EM_OK;
@@ -618,11 +800,15 @@ EM_API int {p}_run({p}_model *model, const void *const *inputs, void *const *out
 {{
   if (model == NULL)
     return em_fail(EM_ARGUMENT, "{p}_run: the model is NULL");
+  if (!model->dims_set)
+    return em_fail(EM_ARGUMENT, "{p}_run: the model takes dims at run time: call "
+                   "{p}_set_dims first");
   if ((inputs == NULL && EM_NUM_INPUTS > 0) || (outputs == NULL && EM_NUM_OUTPUTS > 0))
     return em_fail(EM_ARGUMENT, "{p}_run: the %s array is NULL",
                    inputs == NULL && EM_NUM_INPUTS > 0 ? "inputs" : "outputs");
-  void *in_ptrs[{n_in_slots}];
+  void *in_ptrs[EM_NUM_INPUTS + 1];  /* the inputs, then the dims (a traced build reads them) */
   void *out_ptrs[{n_out_slots}];
+  const uint64_t *em_input_nbytes = model->input_nbytes, *em_output_nbytes = model->output_nbytes;
   for (int i = 0; i < EM_NUM_INPUTS; ++i) {{
     if (inputs[i] == NULL && em_input_nbytes[i] > 0)
       return em_fail(EM_ARGUMENT, "{p}_run: input %d ('%s') is NULL", i, em_input_names[i]);
@@ -644,14 +830,18 @@ EM_API int {p}_run({p}_model *model, const void *const *inputs, void *const *out
     out_ptrs[j] = outputs[j];
     if ((uintptr_t)outputs[j] % EM_ALIGN != 0) {{
       /* the kernels store whole aligned vectors: write an aligned copy, then the caller's */
-      if (model->scratch[j] == NULL)
+      if (model->scratch[j] == NULL || model->scratch_bytes[j] < em_output_nbytes[j]) {{
+        free(model->scratch[j]);
         model->scratch[j] = em_aligned(em_output_nbytes[j]);
+        model->scratch_bytes[j] = model->scratch[j] != NULL ? em_output_nbytes[j] : 0;
+      }}
       if (model->scratch[j] == NULL)
         return em_fail(EM_MEMORY, "cannot allocate %llu bytes for output %d",
                        (unsigned long long)em_output_nbytes[j], j);
       out_ptrs[j] = model->scratch[j];
     }}
   }}
+  in_ptrs[EM_NUM_INPUTS] = model->dims;
   const int32_t status = ember_run(in_ptrs, out_ptrs, model->weights, model->workspace,
                                    NULL, NULL);
   if (status != 0) {{

@@ -16,7 +16,8 @@ directory that a C program -- or a WebAssembly host -- uses with nothing of embe
 Targets are the names of :class:`~ember.core.target.Target` (``native``, ``x86_64``,
 ``x86_64-avx2``, ``x86_64-avx512``, ``aarch64``, ``wasm32``), optionally with the system
 spelled out as most toolchains do (``x86_64-linux``, ``aarch64-linux``, ``wasm32-wasi``);
-``host`` is ``native``, and ``wasm32-browser`` is the wasm32 module with its browser loader.  Cross targets are compiled by the ``ziglang`` package
+``host`` is ``native``, and ``wasm32-browser`` is the wasm32 module with its browser loader.
+Cross targets are compiled by the ``ziglang`` package
 (``pip install ziglang``) unless ``$CC`` names a cross compiler.
 
 An export holds one fixed-shape build: a model with dynamic dims is exported for the shapes
@@ -27,7 +28,6 @@ given, and a model with ops that ember runs through numpy fallbacks is refused, 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -39,12 +39,13 @@ import numpy as np
 
 from ember import __version__
 from ember.core.target import Target
-from ember.core.traced import is_traced
+from ember.core.traced import is_traced, plain
 from ember.driver.pipeline import Build
 from ember.package.artifact import (SaveTargetError, _read_json_file, _sha256_of_regular_file,
                                     write_directory_in_place)
-from ember.package.c_api import (API_VERSION, ApiSpec, ExportError, TensorInfo, api_source,
-                                 c_prefix, header_source, weights_digest, weights_file_bytes)
+from ember.package.c_api import (API_VERSION, ApiSpec, DimsSpec, ExportError, TensorInfo,
+                                 api_source, c_prefix, header_source, weights_digest,
+                                 weights_file_bytes)
 
 EXPORT_FILE = "export.json"
 EXPORT_FORMAT = "ember-export"
@@ -87,10 +88,13 @@ class ExportResult:
     prefix: str
     target: Target
     files: dict[str, Path]  # role ("header", "shared", "static", "wasm", "weights") -> path
+    report: str = ""  # the build's report (kernels, fallbacks, memory plan)
 
 
-def api_spec(build: Build, prefix: str, blob: np.ndarray) -> ApiSpec:
-    """The C API's description of ``build`` (refusing what a C program cannot run)."""
+def api_spec(build: Build, prefix: str, blob: np.ndarray, dims: DimsSpec | None = None
+             ) -> ApiSpec:
+    """The C API's description of ``build`` (refusing what a C program cannot run);
+    ``dims``: the run-time dims of a traced build (its shapes are then the sample's)."""
     if build.host_nodes:
         ops = sorted({impl.node.op for impl in build.host_nodes})
         names = ", ".join(f"'{impl.node.name}' ({impl.node.op})" for impl in build.host_nodes[:5])
@@ -101,14 +105,15 @@ def api_spec(build: Build, prefix: str, blob: np.ndarray) -> ApiSpec:
 
     def info(name: str) -> TensorInfo:
         vtype = g.types[name]
-        if any(is_traced(d) or not isinstance(d, int) for d in vtype.shape) or \
-                is_traced(build.workspace_size):
+        if dims is None and (any(is_traced(d) or not isinstance(d, int) for d in vtype.shape)
+                             or is_traced(build.workspace_size)):
             raise ExportError(f"'{name}' has the dynamic shape {list(vtype.shape)}; an export "
                               f"is compiled for fixed shapes: give every input's shape")
-        return TensorInfo(name, vtype.dtype, tuple(int(d) for d in vtype.shape))
+        return TensorInfo(name, vtype.dtype, tuple(plain(d) for d in vtype.shape))
 
     return ApiSpec(prefix, tuple(info(n) for n in g.inputs), tuple(info(n) for n in g.outputs),
-                   int(build.weights_size), weights_digest(blob), int(build.workspace_size))
+                   int(build.weights_size), weights_digest(blob), plain(build.workspace_size),
+                   dims)
 
 
 def weights_blob(build: Build) -> np.ndarray:
@@ -122,13 +127,14 @@ def weights_blob(build: Build) -> np.ndarray:
 
 
 def export_build(build: Build, directory: str | Path, name: str | None = None,
-                 browser: bool = False) -> ExportResult:
+                 browser: bool = False, dims: DimsSpec | None = None) -> ExportResult:
     """Write ``build`` as a deployable directory (see the module docstring); ``name`` (default:
     the graph's name) becomes the file names and the prefix of the C functions; ``browser``
-    (a wasm32 build only) adds the JavaScript loader and the page."""
+    (a wasm32 build only) adds the JavaScript loader and the page; ``dims``: the run-time
+    dims of a traced build (the C API then takes them, ``<name>_set_dims``)."""
     prefix = c_prefix(name if name is not None else (build.graph.name or "model"))
     blob = weights_blob(build)
-    spec = api_spec(build, prefix, blob)
+    spec = api_spec(build, prefix, blob, dims)
     target = build.target
     libraries = _build_libraries(build, api_source(spec), prefix)
     contents: dict[str, bytes | Path | Callable[[Path], None]] = {
@@ -141,6 +147,9 @@ def export_build(build: Build, directory: str | Path, name: str | None = None,
     if browser:
         if target.arch != "wasm32":
             raise ExportError(f"a browser export needs a wasm32 build, not {target.triple}")
+        if dims is not None:
+            raise ExportError("the browser loader runs fixed shapes only: export "
+                              "wasm32-browser without dynamic dims, or wasm32-wasi with them")
         from ember.package.browser import loader_source, page_source
 
         contents[f"{prefix}.js"] = loader_source(spec).encode("utf-8")
@@ -164,8 +173,12 @@ def export_build(build: Build, directory: str | Path, name: str | None = None,
             "format": EXPORT_FORMAT, "format_version": EXPORT_FORMAT_VERSION,
             "ember_version": __version__, "api_version": API_VERSION, "prefix": prefix,
             "target": {**target.to_dict(), "arch": target.arch},
-            "inputs": [_describe(t) for t in spec.inputs],
-            "outputs": [_describe(t) for t in spec.outputs],
+            "inputs": [_describe(t, dims.inputs[i] if dims else None)
+                       for i, t in enumerate(spec.inputs)],
+            "outputs": [_describe(t, dims.outputs[i] if dims else None)
+                        for i, t in enumerate(spec.outputs)],
+            "dims": [{"name": n, "sample": s, "covered": list(c) if c else None}
+                     for n, s, c in zip(dims.names, dims.samples, dims.covered)] if dims else [],
             "files": digests,
         }
         (staging / EXPORT_FILE).write_text(json.dumps(record, indent=1) + "\n",
@@ -174,15 +187,31 @@ def export_build(build: Build, directory: str | Path, name: str | None = None,
     path = write_directory_in_place(Path(directory), write, _check_replaceable,
                                     _remove_export_files, "export")
     return ExportResult(path, prefix, target, {role: path / file_name
-                                               for role, file_name in roles.items()})
+                                               for role, file_name in roles.items()},
+                        build.report())
 
 
-def _describe(tensor: TensorInfo) -> dict:
-    return {"name": tensor.name, "dtype": tensor.dtype.numpy.name, "shape": list(tensor.shape)}
+def _describe(tensor: TensorInfo, axes: tuple[str, ...] | None = None) -> dict:
+    """A tensor in ``export.json``: its shape (the traced sample's for a traced export), and
+    for a traced export each axis as a number or, where it is a run-time dim, its index
+    (``{"dim": i}``; other size expressions as ``{"expr": C}``)."""
+    described = {"name": tensor.name, "dtype": tensor.dtype.numpy.name,
+                 "shape": list(tensor.shape)}
+    if axes is not None:
+        described["axes"] = [_axis(a, d) for a, d in zip(axes, tensor.shape)]
+    return described
+
+
+def _axis(expr: str, sample: int) -> int | dict:
+    if expr.startswith("INT64_C(") and expr[8:-1].isdigit():
+        return sample
+    if expr.startswith("em_dims[") and expr.endswith("]") and expr[8:-1].isdigit():
+        return {"dim": int(expr[8:-1])}
+    return {"expr": expr}
 
 
 def _build_libraries(build: Build, api: str, prefix: str
-                      ) -> dict[str, tuple[str, Path | Callable[[Path], None]]]:
+                     ) -> dict[str, tuple[str, Path | Callable[[Path], None]]]:
     """Compile the API unit with the build's kernels: role -> (file name, the built file or
     a function writing it to a path)."""
     from ember.toolchain.archive import archive
@@ -259,6 +288,17 @@ def _remove_export_files(directory: Path) -> None:
 
 def _readme(spec: ApiSpec, target: Target, roles: dict[str, str]) -> str:
     p = spec.prefix
+    if spec.dims is not None:
+        covered = ", ".join(
+            f"{n} {c[0]}..{c[1]}" if c else f"{n} (see the guards)"
+            for n, c in zip(spec.dims.names, spec.dims.covered))
+        dims_note = (f"\n\nRun-time dims: {', '.join(spec.dims.names)}; call `{p}_set_dims` "
+                     f"before running (traced at {dict(zip(spec.dims.names, spec.dims.samples))}"
+                     f"; it serves {covered}, each with the others at their sample). The "
+                     f"shapes below are the traced sample's; `-1` marks a dynamic axis in "
+                     f"`{p}_input_shape`.")
+    else:
+        dims_note = ""
     signature = "\n".join(
         f"- {kind} {i}: `{t.name}` {t.dtype.numpy.name}{list(t.shape)} ({t.nbytes:,} bytes)"
         for kind, tensors in (("input", spec.inputs), ("output", spec.outputs))
@@ -284,5 +324,5 @@ def _readme(spec: ApiSpec, target: Target, roles: dict[str, str]) -> str:
                  f"    ./run_model {p}.weights")
     return (f"# {p}: exported by ember {__version__}\n\n"
             f"Target: {target.triple} ({target.vector_bits}-bit vectors). "
-            f"Signature:\n\n{signature}\n\n{build}\n\n"
+            f"Signature:\n\n{signature}{dims_note}\n\n{build}\n\n"
             f"The C API, with the ownership and error rules, is documented in `{p}.h`.\n")

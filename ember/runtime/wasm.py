@@ -27,7 +27,11 @@ _API_VERSION = 1
 
 
 class WasmModel:
-    """A wasm32 export, instantiated once, run with numpy arrays."""
+    """A wasm32 export, instantiated once, run with numpy arrays.
+
+    An export with run-time dims (``ember.export(..., dynamic_dims=[...])``) takes them from
+    the input shapes of each call (``<name>_set_dims``); the outputs then have the shapes the
+    module binds."""
 
     def __init__(self, directory: str | Path):
         try:
@@ -43,6 +47,15 @@ class WasmModel:
                        for t in record["inputs"]]
         self.outputs = [(t["name"], np.dtype(t["dtype"]), tuple(t["shape"]))
                         for t in record["outputs"]]
+        self.dims = [d["name"] for d in record["dims"]]
+        # where each run-time dim is read: (input index, axis), its first occurrence
+        self._dim_axes: dict[int, tuple[int, int]] = {}
+        for i, tensor in enumerate(record["inputs"]):
+            for axis, size in enumerate(tensor.get("axes", ())):
+                if isinstance(size, dict) and "dim" in size:
+                    self._dim_axes.setdefault(size["dim"], (i, axis))
+        if len(self._dim_axes) != len(self.dims):
+            raise ModelLoadError(f"'{root}': the inputs do not give every run-time dim")
         engine = wasmtime.Engine()
         self._store = wasmtime.Store(engine)
         self._store.set_wasi(wasmtime.WasiConfig())
@@ -62,18 +75,23 @@ class WasmModel:
                 raise ModelLoadError(f"'{root}': {prefix}.wasm does not export "
                                      f"{prefix}_{name}; export the model again") from None
 
+        self._export = export
         self._memory = exports["memory"]
         self._alloc, self._free = export("alloc"), export("free")
         self._run_fn, self._last_error = export("run"), export("last_error")
+        if export("num_dims")(self._store) != len(self.dims):
+            raise ModelLoadError(f"'{root}': {_EXPORT_FILE} lists {len(self.dims)} run-time "
+                                 f"dim(s), the module has another count")
         for kind, tensors in (("input", self.inputs), ("output", self.outputs)):
             if export(f"num_{kind}s")(self._store) != len(tensors):
                 raise ModelLoadError(f"'{root}': {_EXPORT_FILE} lists {len(tensors)} "
                                      f"{kind}(s), the module has another count")
-            for i, (name, dtype, shape) in enumerate(tensors):
-                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                if export(f"{kind}_nbytes")(self._store, i) != nbytes:
-                    raise ModelLoadError(f"'{root}': {kind} '{name}' of {_EXPORT_FILE} does "
-                                         f"not match the module's")
+            for i, tensor in enumerate(tensors):
+                # (a traced export's static sizes are 0 where an axis is a run-time dim)
+                if not self.dims and export(f"{kind}_nbytes")(self._store, i) != \
+                        _nbytes(tensor):
+                    raise ModelLoadError(f"'{root}': {kind} '{tensor[0]}' of {_EXPORT_FILE} "
+                                         f"does not match the module's")
         weights = (root / f"{prefix}.weights").read_bytes()
         staged = self._copy_in(weights)
         handle_slot = self._alloc(self._store, 4)
@@ -86,31 +104,86 @@ class WasmModel:
         finally:
             self._free(self._store, staged)
             self._free(self._store, handle_slot)
-        # Input and output buffers live in the module for the model's lifetime; the pointer
-        # arrays that run() takes point at them.
-        self._in_buffers = [self._alloc(self._store, max(1, _nbytes(t))) for t in self.inputs]
-        self._out_buffers = [self._alloc(self._store, max(1, _nbytes(t))) for t in self.outputs]
-        self._in_array = self._pointer_array(self._in_buffers)
-        self._out_array = self._pointer_array(self._out_buffers)
+        # Input and output buffers live in the module, grown when a call needs more; the
+        # pointer arrays that run() takes point at them.
+        self._in_buffers = [(0, 0)] * len(self.inputs)  # (address, capacity)
+        self._out_buffers = [(0, 0)] * len(self.outputs)
+        self._in_array = self._alloc(self._store, 4 * max(1, len(self.inputs)))
+        self._out_array = self._alloc(self._store, 4 * max(1, len(self.outputs)))
+        self._dims_slot = self._alloc(self._store, 8 * max(1, len(self.dims)))
+        self._bound: tuple[int, ...] | None = None
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The outputs for ``feeds`` (input name -> array of the input's dtype and shape)."""
-        for (name, dtype, shape), address in zip(self.inputs, self._in_buffers):
+        """The outputs for ``feeds`` (input name -> array of the input's dtype and shape; a
+        run-time dim's axes may have any size the export serves)."""
+        values = []
+        for name, dtype, shape in self.inputs:
             if name not in feeds:
                 raise InputError(f"missing input '{name}'")
             value = np.asarray(feeds[name], order="C")  # (ascontiguousarray makes 0-d 1-d)
-            if value.dtype != dtype or value.shape != shape:
+            if value.dtype != dtype or value.ndim != len(shape):
                 raise InputError(f"input '{name}' must be {dtype}{list(shape)}, got "
                                  f"{value.dtype}{list(value.shape)}")
+            values.append(value)
+        self._bind_dims(values)
+        for i, ((name, dtype, shape), value) in enumerate(zip(self.inputs, values)):
+            bound = self._bound_shape("input", i, len(shape))
+            if value.shape != bound:
+                raise InputError(f"input '{name}' must be {dtype}{list(bound)}, got "
+                                 f"{value.dtype}{list(value.shape)}")
+            address = self._buffer(self._in_buffers, self._in_array, i, value.nbytes)
             self._memory.write(self._store, value.tobytes(), address)
+        shapes = [self._bound_shape("output", j, len(shape))
+                  for j, (_, _, shape) in enumerate(self.outputs)]
+        for j, ((_, dtype, _), shape) in enumerate(zip(self.outputs, shapes)):
+            self._buffer(self._out_buffers, self._out_array, j,
+                         int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
         self._check(self._run_fn(self._store, self._model, self._in_array, self._out_array),
                     "running the model")
         results = {}
-        for (name, dtype, shape), address in zip(self.outputs, self._out_buffers):
-            data = self._memory.read(self._store, address, address + _nbytes((name, dtype,
-                                                                              shape)))
+        for (name, dtype, _), shape, (address, _) in zip(self.outputs, shapes,
+                                                         self._out_buffers):
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            data = self._memory.read(self._store, address, address + nbytes)
             results[name] = np.frombuffer(bytes(data), dtype=dtype).reshape(shape)
         return results
+
+    def _bind_dims(self, values: list[np.ndarray]) -> None:
+        """Set the run-time dims the inputs give (or, without dims, bind nothing)."""
+        if not self.dims:
+            return
+        dims = tuple(int(values[i].shape[axis]) for i, axis in
+                     (self._dim_axes[d] for d in range(len(self.dims))))
+        if dims == self._bound:
+            return
+        packed = b"".join(d.to_bytes(8, "little", signed=True) for d in dims)
+        self._memory.write(self._store, packed, self._dims_slot)
+        self._bound = None
+        self._check(self._export("set_dims")(self._store, self._model, self._dims_slot),
+                    "setting the run-time dims", InputError)
+        self._bound = dims
+
+    def _bound_shape(self, kind: str, index: int, rank: int) -> tuple[int, ...]:
+        address = self._export(f"bound_{kind}_shape")(self._store, self._model, index)
+        raw = bytes(self._memory.read(self._store, address, address + 8 * rank))
+        return tuple(int.from_bytes(raw[8 * k:8 * k + 8], "little", signed=True)
+                     for k in range(rank))
+
+    def _buffer(self, buffers: list[tuple[int, int]], array: int, index: int,
+                nbytes: int) -> int:
+        """The address of buffer ``index`` with room for ``nbytes`` (grown, and its slot of
+        the pointer array updated, when it has less)."""
+        address, capacity = buffers[index]
+        if capacity < max(1, nbytes):
+            if address:
+                self._free(self._store, address)
+            address = self._alloc(self._store, max(1, nbytes))
+            if address == 0:
+                raise ExecutionError(f"the module cannot allocate {nbytes:,} bytes")
+            buffers[index] = (address, max(1, nbytes))
+            self._memory.write(self._store, int(address).to_bytes(4, "little"),
+                               array + 4 * index)
+        return address
 
     def _copy_in(self, data: bytes) -> int:
         address = self._alloc(self._store, max(1, len(data)))
@@ -119,17 +192,14 @@ class WasmModel:
         self._memory.write(self._store, data, address)
         return address
 
-    def _pointer_array(self, addresses: list[int]) -> int:
-        packed = b"".join(int(a).to_bytes(4, "little") for a in addresses) or b"\0" * 4
-        return self._copy_in(packed)
-
-    def _check(self, status: int, doing: str) -> None:
+    def _check(self, status: int, doing: str, error: type | None = None) -> None:
         if status == 0:
             return
         start = self._last_error(self._store)
         raw = self._memory.read(self._store, start, start + 512)
         message = bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
-        error = ExecutionError if doing == "running the model" else ModelLoadError
+        if error is None:
+            error = ExecutionError if doing == "running the model" else ModelLoadError
         raise error(f"{self.prefix}.wasm failed {doing} (status {status}): {message}")
 
 
@@ -151,6 +221,11 @@ def _read_record(root: Path) -> dict[str, Any]:
         if not isinstance(prefix, str) or not prefix.isidentifier() or \
                 record.get("target", {}).get("arch") != "wasm32":
             raise ValueError("not a wasm32 export")
+        if not isinstance(record.get("dims", []), list) or \
+                not all(isinstance(d, dict) and isinstance(d.get("name"), str)
+                        for d in record.get("dims", [])):
+            raise ValueError("bad dims")
+        record.setdefault("dims", [])
         for tensor in (*record["inputs"], *record["outputs"]):
             np.dtype(tensor["dtype"])
             if not all(isinstance(d, int) and d >= 0 for d in tensor["shape"]):

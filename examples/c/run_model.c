@@ -9,8 +9,11 @@
  *
  * and run it:
  *
- *   run_model WEIGHTS [-i INPUT.bin]... [-o OUTPUT_DIR] [-r REPEAT] [-t THREADS]
+ *   run_model WEIGHTS [-d NAME=SIZE]... [-i INPUT.bin]... [-o OUTPUT_DIR] [-r REPEAT]
+ *             [-t THREADS]
  *
+ * A model exported with run-time dims (`ember export --dynamic seq`) needs each of them:
+ * -d seq=24 (NAME_set_dims; the sizes and shapes below are then the bound ones).
  * Each -i names a file holding one input's raw bytes (little-endian, C order, exactly the
  * input's size), in input order; without them every input is filled with a fixed pattern.
  * The program prints each output's name, shape and first values, and the median time of
@@ -38,6 +41,7 @@
 #define API(name) EM_CAT(MODEL, name)
 
 #define MAX_FILES 64
+#define MAX_DIMS 16
 
 static double seconds_now(void)
 {
@@ -93,10 +97,13 @@ int main(int argc, char **argv)
 {
   const char *weights = NULL, *output_dir = NULL;
   const char *input_files[MAX_FILES];
-  int n_files = 0, repeat = 1, threads = 0;
+  const char *dim_args[MAX_DIMS];
+  int n_files = 0, n_dim_args = 0, repeat = 1, threads = 0;
   for (int a = 1; a < argc; ++a) {
     if (strcmp(argv[a], "-i") == 0 && a + 1 < argc && n_files < MAX_FILES)
       input_files[n_files++] = argv[++a];
+    else if (strcmp(argv[a], "-d") == 0 && a + 1 < argc && n_dim_args < MAX_DIMS)
+      dim_args[n_dim_args++] = argv[++a];
     else if (strcmp(argv[a], "-o") == 0 && a + 1 < argc)
       output_dir = argv[++a];
     else if (strcmp(argv[a], "-r") == 0 && a + 1 < argc)
@@ -106,8 +113,8 @@ int main(int argc, char **argv)
     else if (weights == NULL && argv[a][0] != '-')
       weights = argv[a];
     else {
-      fprintf(stderr, "usage: %s WEIGHTS [-i INPUT.bin]... [-o OUTPUT_DIR] [-r REPEAT] "
-              "[-t THREADS]\n", argv[0]);
+      fprintf(stderr, "usage: %s WEIGHTS [-d NAME=SIZE]... [-i INPUT.bin]... [-o OUTPUT_DIR] "
+              "[-r REPEAT] [-t THREADS]\n", argv[0]);
       return 2;
     }
   }
@@ -124,12 +131,35 @@ int main(int argc, char **argv)
     return 1;
   }
   API(set_num_threads)(threads);
+  const int n_dims = API(num_dims)();
+  if (n_dims > 0) {  /* every run-time dim, by name */
+    int64_t dims[MAX_DIMS];
+    for (int d = 0; d < n_dims && d < MAX_DIMS; ++d) {
+      const char *name = API(dim_name)(d);
+      const size_t length = strlen(name);
+      dims[d] = 0;
+      for (int k = 0; k < n_dim_args; ++k)
+        if (strncmp(dim_args[k], name, length) == 0 && dim_args[k][length] == '=')
+          dims[d] = atoll(dim_args[k] + length + 1);
+      if (dims[d] == 0) {
+        fprintf(stderr, "the model takes the dim '%s' at run time: give -d %s=SIZE\n", name,
+                name);
+        API(destroy)(model);
+        return 2;
+      }
+    }
+    if (n_dims > MAX_DIMS || API(set_dims)(model, dims) != EMBER_OK) {
+      fprintf(stderr, "%s\n", API(last_error)());
+      API(destroy)(model);
+      return 1;
+    }
+  }
 
   void **inputs = calloc((size_t)n_in + 1, sizeof *inputs);
   void **outputs = calloc((size_t)n_out + 1, sizeof *outputs);
   int status = inputs && outputs ? 0 : 2;
   for (int i = 0; status == 0 && i < n_in; ++i) {
-    const size_t size = API(input_nbytes)(i);
+    const size_t size = API(bound_input_nbytes)(model, i);
     inputs[i] = malloc(size ? size : 1);
     if (inputs[i] == NULL)
       status = 2;
@@ -142,7 +172,7 @@ int main(int argc, char **argv)
       memset(inputs[i], 0, size);
   }
   for (int j = 0; status == 0 && j < n_out; ++j) {
-    const size_t size = API(output_nbytes)(j);
+    const size_t size = API(bound_output_nbytes)(model, j);
     outputs[j] = malloc(size ? size : 1);
     if (outputs[j] == NULL)
       status = 2;
@@ -161,7 +191,7 @@ int main(int argc, char **argv)
 
   for (int j = 0; status == 0 && j < n_out; ++j) {
     const int rank = API(output_rank)(j);
-    const int64_t *shape = API(output_shape)(j);
+    const int64_t *shape = API(bound_output_shape)(model, j);
     size_t count = 1;
     printf("output %d '%s' [", j, API(output_name)(j));
     for (int d = 0; d < rank; ++d) {
@@ -174,7 +204,7 @@ int main(int argc, char **argv)
       char path[4096];
       snprintf(path, sizeof path, "%s/output%d.bin", output_dir, j);
       FILE *file = fopen(path, "wb");
-      const size_t size = API(output_nbytes)(j);
+      const size_t size = API(bound_output_nbytes)(model, j);
       if (file == NULL || fwrite(outputs[j], 1, size, file) != size) {
         fprintf(stderr, "cannot write '%s'\n", path);
         status = 2;

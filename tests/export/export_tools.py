@@ -81,3 +81,17 @@ def write_inputs(directory: Path, arrays: list[np.ndarray]) -> list[str]:
         path.write_bytes(np.ascontiguousarray(array).tobytes())
         arguments += ["-i", str(path)]
     return arguments
+
+
+def sequence_model() -> onnx.ModelProto:
+    """x[1, seq, 8] -> Relu(Softmax(x @ w, axis=1)): a length the export may take at run
+    time."""
+    w = numpy_helper.from_array(
+        np.random.default_rng(5).standard_normal((8, 8)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="project"),
+             helper.make_node("Softmax", ["h"], ["s"], axis=1, name="over_positions"),
+             helper.make_node("Relu", ["s"], ["y"], name="clamp")]
+    graph = helper.make_graph(
+        nodes, "seqnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", 8])], initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)

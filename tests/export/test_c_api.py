@@ -17,8 +17,8 @@ from ember.cli import main as cli_main
 from ember.package.c_api import ExportError, c_prefix, c_string_literal
 from ember.toolchain.compiler import ToolchainError
 
-from export_tools import (HOSTILE_INPUT, HOSTILE_OUTPUT, TINYNET, compile_example, reference,
-                       two_way_inputs, write_inputs)
+from export_tools import (HOSTILE_INPUT, HOSTILE_OUTPUT, TINYNET, compile_example,
+                          reference, two_way_inputs, write_inputs)
 
 BATCH = 2
 
@@ -159,9 +159,8 @@ def test_runs_through_the_api_with_any_output_alignment(two_way_export, two_way_
     lib.two_way_model_destroy(None)  # a no-op, as free(NULL)
 
 
-def test_weights_of_another_model_build_or_a_damaged_file_are_refused(tinynet_export,
-                                                                       two_way_export,
-                                                                       tmp_path):
+def test_weights_of_another_model_build_or_a_damaged_file_are_refused(
+        tinynet_export, two_way_export, tmp_path):
     lib = _api(tinynet_export, "tinynet")
     weights = tinynet_export / "tinynet.weights"
     status, _, message = _open(lib, "tinynet", tmp_path / "missing.weights")
@@ -264,3 +263,70 @@ def test_a_compiled_module_exports_its_current_shapes(tmp_path):
     lib.tinynet_destroy(handle)
     with pytest.raises(ember.EmberError, match="needs the shape"):
         ember.compile(TINYNET).export(tmp_path / "x", input_shapes={})
+
+
+def test_run_time_dims_through_the_c_api(sequence_path, tmp_path):
+    directory = tmp_path / "seq"
+    ember.export(sequence_path, directory, input_shapes={"x": (1, 20, 8)},
+                 dynamic_dims=["seq"])
+    lib = _api(directory, "seqnet")
+    lib.seqnet_dim_name.restype = ctypes.c_char_p
+    for kind in ("input", "output"):
+        getattr(lib, f"seqnet_bound_{kind}_shape").restype = ctypes.POINTER(ctypes.c_int64)
+        getattr(lib, f"seqnet_bound_{kind}_nbytes").restype = ctypes.c_size_t
+    lib.seqnet_set_dims.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    assert lib.seqnet_num_dims() == 1 and lib.seqnet_dim_name(0) == b"seq"
+    assert lib.seqnet_input_shape(0)[:3] == [1, -1, 8] and lib.seqnet_input_nbytes(0) == 0
+    status, handle, _ = _open(lib, "seqnet", directory / "seqnet.weights")
+    assert status == 0
+    x = np.zeros((1, 20, 8), np.float32)
+    y = np.zeros((1, 20, 8), np.float32)
+    inputs = (ctypes.c_void_p * 1)(x.ctypes.data)
+    outputs = (ctypes.c_void_p * 1)(y.ctypes.data)
+    assert lib.seqnet_run(handle, inputs, outputs) == 1
+    assert "call seqnet_set_dims first" in lib.seqnet_last_error().decode()
+    for length in (16, 24, 31):  # the sizes the build traced at 20 serves
+        dims = (ctypes.c_int64 * 1)(length)
+        assert lib.seqnet_set_dims(handle, dims) == 0, lib.seqnet_last_error()
+        assert lib.seqnet_bound_output_shape(handle, 0)[:3] == [1, length, 8]
+        assert lib.seqnet_bound_output_nbytes(handle, 0) == length * 8 * 4
+        x = np.random.default_rng(length).standard_normal((1, length, 8)).astype(np.float32)
+        y = np.empty_like(x)
+        inputs[0], outputs[0] = x.ctypes.data, y.ctypes.data
+        assert lib.seqnet_run(handle, inputs, outputs) == 0
+        np.testing.assert_allclose(y, reference(sequence_path, {"x": x})["y"], rtol=1e-5,
+                                   atol=1e-6)
+    for length, why in ((32, "the guard seq <= 31"), (15, "the guard seq >= 16"),
+                        (0, "every dim must be in 1.."), (1 << 40, "every dim must be in 1..")):
+        dims = (ctypes.c_int64 * 1)(length)
+        assert lib.seqnet_set_dims(handle, dims) == 1
+        message = lib.seqnet_last_error().decode()
+        assert f"seq={length}" in message and why in message, message
+    lib.seqnet_destroy(handle)
+    record = __import__("json").loads((directory / "export.json").read_text())
+    assert record["dims"] == [{"name": "seq", "sample": 20, "covered": [16, 31]}]
+    assert record["inputs"][0]["axes"] == [1, {"dim": 0}, 8]
+
+
+def test_example_program_takes_run_time_dims(sequence_path, tmp_path):
+    directory = tmp_path / "seq"
+    assert cli_main(["export", str(sequence_path), "-o", str(directory), "--dim", "seq=20",
+                     "--dynamic", "seq"]) == 0
+    program = compile_example(directory, "seqnet", tmp_path / "run_model")
+    x = np.random.default_rng(7).standard_normal((1, 27, 8)).astype(np.float32)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = subprocess.run([str(program), str(directory / "seqnet.weights"), "-d", "seq=27",
+                             *write_inputs(tmp_path, [x]), "-o", str(out)], env={},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "output 0 'y' [1, 27, 8]" in result.stdout
+    y = np.fromfile(out / "output0.bin", np.float32).reshape(1, 27, 8)
+    np.testing.assert_allclose(y, reference(sequence_path, {"x": x})["y"], rtol=1e-5,
+                               atol=1e-6)
+    missing = subprocess.run([str(program), str(directory / "seqnet.weights")], env={},
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "give -d seq=SIZE" in missing.stderr
+    outside = subprocess.run([str(program), str(directory / "seqnet.weights"), "-d",
+                              "seq=99"], env={}, capture_output=True, text=True, timeout=60)
+    assert outside.returncode == 1 and "seq=99 is outside" in outside.stderr

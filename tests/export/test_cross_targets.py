@@ -60,6 +60,26 @@ def test_wasm32_wasi_module_runs_in_wasmtime(tmp_path, two_way_path):
 
 
 @needs_zig
+def test_wasm32_export_with_run_time_dims(tmp_path, sequence_path):
+    pytest.importorskip("wasmtime", reason="running wasm needs the wasmtime package")
+    from ember.runtime.wasm import WasmModel
+
+    ember.export(sequence_path, tmp_path / "seq", target="wasm32-wasi",
+                 input_shapes={"x": (1, 20, 8)}, dynamic_dims=["seq"])
+    model = WasmModel(tmp_path / "seq")
+    for length in (16, 29, 20):
+        x = np.random.default_rng(length).standard_normal((1, length, 8)).astype(np.float32)
+        np.testing.assert_allclose(model.run({"x": x})["y"],
+                                   reference(sequence_path, {"x": x})["y"], rtol=1e-5,
+                                   atol=1e-6)
+    with pytest.raises(InputError, match="seq=40 is outside"):
+        model.run({"x": np.zeros((1, 40, 8), np.float32)})
+    with pytest.raises(ember.EmberError, match="fixed shapes only"):
+        ember.export(sequence_path, tmp_path / "page", target="wasm32-browser",
+                     input_shapes={"x": (1, 20, 8)}, dynamic_dims=["seq"])
+
+
+@needs_zig
 def test_aarch64_linux_library_runs_under_qemu(tmp_path):
     qemu = shutil.which("qemu-aarch64-static") or shutil.which("qemu-aarch64")
     if qemu is None:
