@@ -127,16 +127,18 @@ def weights_blob(build: Build) -> np.ndarray:
 
 
 def export_build(build: Build, directory: str | Path, name: str | None = None,
-                 browser: bool = False, dims: DimsSpec | None = None) -> ExportResult:
+                 browser: bool = False, dims: DimsSpec | None = None,
+                 sanitize: bool = False) -> ExportResult:
     """Write ``build`` as a deployable directory (see the module docstring); ``name`` (default:
     the graph's name) becomes the file names and the prefix of the C functions; ``browser``
     (a wasm32 build only) adds the JavaScript loader and the page; ``dims``: the run-time
-    dims of a traced build (the C API then takes them, ``<name>_set_dims``)."""
+    dims of a traced build (the C API then takes them, ``<name>_set_dims``); ``sanitize``
+    builds the libraries with AddressSanitizer and UBSan (for tests, as ``BuildOptions``)."""
     prefix = c_prefix(name if name is not None else (build.graph.name or "model"))
     blob = weights_blob(build)
     spec = api_spec(build, prefix, blob, dims)
     target = build.target
-    libraries = _build_libraries(build, api_source(spec), prefix)
+    libraries = _build_libraries(build, api_source(spec), prefix, sanitize)
     contents: dict[str, bytes | Path | Callable[[Path], None]] = {
         f"{prefix}.h": header_source(spec).encode("utf-8"),
         f"{prefix}.weights": weights_file_bytes(blob)}
@@ -210,7 +212,7 @@ def _axis(expr: str, sample: int) -> int | dict:
     return {"expr": expr}
 
 
-def _build_libraries(build: Build, api: str, prefix: str
+def _build_libraries(build: Build, api: str, prefix: str, sanitize: bool = False
                      ) -> dict[str, tuple[str, Path | Callable[[Path], None]]]:
     """Compile the API unit with the build's kernels: role -> (file name, the built file or
     a function writing it to a path)."""
@@ -221,13 +223,13 @@ def _build_libraries(build: Build, api: str, prefix: str
     target = build.target
     if target.arch == "wasm32" or build.units is None:
         # one translation unit: the build's own source with the API after it
-        library = build_library(build.source + "\n" + api, target)
+        library = build_library(build.source + "\n" + api, target, sanitize=sanitize)
         if target.arch == "wasm32":
             return {"wasm": (f"{prefix}.wasm", library.path)}
         return {"shared": (f"lib{prefix}.so", library.path)}
     sources = [UnitSource(text, flags) for text, flags in build.units.flagged_sources()]
     sources.append(UnitSource(api))
-    with UnitBuild(target) as units:
+    with UnitBuild(target, sanitize=sanitize) as units:
         shared = units.link(sources)
         objects = [obj.path for obj in units.objects(sources)]
     compiler = find_compiler(target)

@@ -330,3 +330,46 @@ def test_example_program_takes_run_time_dims(sequence_path, tmp_path):
     outside = subprocess.run([str(program), str(directory / "seqnet.weights"), "-d",
                               "seq=99"], env={}, capture_output=True, text=True, timeout=60)
     assert outside.returncode == 1 and "seq=99 is outside" in outside.stderr
+
+
+def test_the_api_and_kernels_under_address_and_undefined_behaviour_sanitizers(
+        two_way_path, sequence_path, tmp_path):
+    """The C API (weights checks, SHA-256, guards, index checks, misaligned outputs) and the
+    kernels, built with -fsanitize=address,undefined and run by the example program."""
+    from ember.driver import BuildOptions, build_graph
+    from ember.frontend.onnx import import_onnx
+    from ember.package.export import export_build
+    from ember.toolchain.compiler import SANITIZE_FLAGS
+
+    sanitized = BuildOptions(sanitize=True)
+    two_way = export_build(build_graph(import_onnx(two_way_path), None, sanitized),
+                           tmp_path / "two_way", "two_way", sanitize=True)
+    program = compile_example(two_way.directory, "two_way", tmp_path / "run_two_way",
+                              extra=list(SANITIZE_FLAGS))
+    feeds = two_way_inputs()
+    environment = {"ASAN_OPTIONS": "detect_leaks=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
+    out = tmp_path / "out"
+    out.mkdir()
+    run = subprocess.run([str(program), str(two_way.files["weights"]),
+                          *write_inputs(tmp_path, [feeds["x"], feeds[HOSTILE_INPUT]]),
+                          "-o", str(out), "-r", "3"],
+                         env=environment, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "runtime error" not in run.stderr, run.stderr
+    rows = np.fromfile(out / "output1.bin", np.float32).reshape(3, 3)
+    np.testing.assert_array_equal(rows, reference(two_way_path, feeds)["rows"])
+    bad = subprocess.run([str(program), str(two_way.files["weights"]), *write_inputs(
+        tmp_path, [feeds["x"], np.array([0, 7, 1], np.int64)])], env=environment,
+        capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "index input was out of range" in bad.stderr, bad.stderr
+
+    from ember.api import _traced_for_export
+
+    build, dims = _traced_for_export(import_onnx(sequence_path), sanitized,
+                                     {"x": (1, 20, 8)}, ["seq"])
+    seq = export_build(build, tmp_path / "seq", "seqnet", dims=dims, sanitize=True)
+    program = compile_example(seq.directory, "seqnet", tmp_path / "run_seq",
+                              extra=list(SANITIZE_FLAGS))
+    for length, status in ((17, 0), (31, 0), (40, 1)):
+        run = subprocess.run([str(program), str(seq.files["weights"]), "-d", f"seq={length}"],
+                             env=environment, capture_output=True, text=True, timeout=300)
+        assert run.returncode == status and "runtime error" not in run.stderr, run.stderr
