@@ -61,7 +61,8 @@ from ember.core.target import Target
 from ember.ir.graph import Graph, Node
 from ember.ir.types import TensorType
 from ember.ops.compute.nn import MAX_WRITTEN_OUT_TAPS
-from ember.passes.block_depthwise import blocked_depthwise_weights, plain_conv_weights
+from ember.passes.block_depthwise import (blocked_depthwise_weights, blocked_layouts_pay,
+                                          plain_conv_weights)
 from ember.ops.registry import PatternKind, get_op
 
 
@@ -81,7 +82,7 @@ KEEPS_PADDING_FINITE = frozenset({
 def block_convolutions(graph: Graph, target: Target | None) -> int:
     """Rewrite in place; returns how many convolutions were blocked."""
     lanes = (target or Target.native()).lanes_for(DType.FLOAT32)
-    if lanes < 4:
+    if not blocked_layouts_pay(target):
         return 0
     chained = _chained_convolutions(graph, lanes)
     if not chained:

@@ -342,3 +342,32 @@ SANITIZED = textwrap.dedent("""
 
 def test_blocked_convolutions_are_clean_under_asan_and_ubsan(run_sanitized):
     assert run_sanitized(SANITIZED).strip().endswith("ok")
+
+
+def test_webassembly_keeps_nchw_convolutions():
+    """Blocked layouts are for native targets: in wasm runtimes the NCHW kernels are faster
+    (passes/block_depthwise.py, blocked_layouts_pay), so a wasm32 build blocks nothing that a
+    native build with the same 4 lanes (SSE2) blocks."""
+    from ember.frontend.onnx import import_onnx
+    from ember.passes.block_convolutions import block_convolutions
+    from ember.passes.block_depthwise import block_depthwise_convolutions
+    from ember.passes.pipeline import optimize
+
+    c = 8
+    weights = {"w1": _randn(c, c, 3, 3), "w2": _randn(c, c, 3, 3), "dw": _randn(c, 1, 3, 3)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "dw"], ["d"], kernel_shape=[3, 3], group=c,
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["d", "w2"], ["y"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1])]
+    model = _model(nodes, [("x", [1, c, 12, 12])], weights)
+    counts = {}
+    for name in ("x86_64", "wasm32"):
+        graph = import_onnx(model)
+        optimize(graph, 1)
+        target = ember.Target.parse(name)
+        counts[name] = (block_convolutions(graph, target),
+                        block_depthwise_convolutions(graph, target))
+    assert counts["x86_64"][0] == 2 and counts["wasm32"] == (0, 0), counts
