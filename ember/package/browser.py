@@ -26,6 +26,12 @@ the page puts model names on screen with ``textContent``, never as HTML.
 from __future__ import annotations
 
 import json
+import queue
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
 
 from ember.package.c_api import API_VERSION, ApiSpec
 
@@ -297,3 +303,63 @@ function report(result) {
 </body>
 </html>
 """
+
+
+def find_browser() -> str | None:
+    """A Chromium-family browser on PATH, or None."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def open_headless(directory: str | Path, page: str = "index.html", timeout: float = 120
+                  ) -> Any:
+    """Serve ``directory`` on localhost, open ``page?report=1`` in headless Chromium, and
+    return the JSON the page posts back to ``result`` (a browser export's ``index.html``
+    does; so may any page, e.g. a benchmark's).  The browser is stopped afterwards; a page
+    that posts nothing within ``timeout`` seconds is a TimeoutError."""
+    import http.server
+
+    browser = find_browser()
+    if browser is None:
+        raise FileNotFoundError("no Chromium found (apt-get install chromium)")
+    root = Path(directory)
+    results: queue.Queue = queue.Queue()
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                          ".mjs": "text/javascript", ".js": "text/javascript",
+                          ".wasm": "application/wasm"}
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def do_POST(self) -> None:  # noqa: N802 -- the http.server API
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            results.put(json.loads(body))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    profile = root.parent / f".{root.name}-chromium-profile"
+    process = subprocess.Popen(
+        [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={profile}",
+         f"http://127.0.0.1:{server.server_address[1]}/{page}?report=1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        return results.get(timeout=timeout)
+    except queue.Empty:
+        raise TimeoutError(f"{page} posted no result within {timeout} s") from None
+    finally:
+        process.kill()
+        process.wait()
+        server.shutdown()
+        server.server_close()
+        shutil.rmtree(profile, ignore_errors=True)

@@ -133,53 +133,6 @@ def test_zig_is_given_cpus_in_its_own_spelling():
     assert zig.cpu_flags(ember.Target.parse("wasm32")) == ["-msimd128"]
 
 
-def _browser() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-def run_in_browser(directory: Path, timeout: float = 120) -> dict:
-    """Serve ``directory`` on localhost, open its index.html?report=1 in headless Chromium,
-    and return the JSON the page posts back."""
-    import http.server
-    import json
-    import queue
-    import threading
-
-    results: queue.Queue = queue.Queue()
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, directory=str(directory), **kwargs)
-
-        def do_POST(self):  # noqa: N802 -- the http.server API
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            results.put(json.loads(body))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    profile = directory.parent / "chromium-profile"
-    browser = subprocess.Popen(
-        [_browser(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         f"--user-data-dir={profile}",
-         f"http://127.0.0.1:{server.server_address[1]}/index.html?report=1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        return results.get(timeout=timeout)
-    finally:
-        browser.kill()
-        browser.wait()
-        server.shutdown()
-
-
 def pattern_input(shape: tuple[int, ...]) -> np.ndarray:
     """The input examples/c/run_model.c and the page make: a fixed pattern."""
     k = np.arange(int(np.prod(shape)), dtype=np.int64)
@@ -188,14 +141,16 @@ def pattern_input(shape: tuple[int, ...]) -> np.ndarray:
 
 @needs_zig
 def test_wasm32_browser_page_runs_the_model_in_headless_chromium(tmp_path):
-    if _browser() is None:
+    from ember.package.browser import find_browser, open_headless
+
+    if find_browser() is None:
         pytest.skip("the browser test needs Chromium (apt-get install chromium; make "
                     "installs it)")
     directory = tmp_path / "site"
     result = ember.export(TINYNET, directory, target="wasm32-browser",
                           input_shapes={"input": (2, 3, 32, 32)})
     assert {"loader", "page", "wasm", "weights"} <= set(result.files)
-    page = run_in_browser(directory)
+    page = open_headless(directory)
     assert "error" not in page, page
     assert page["threads"] == 1 and page["milliseconds"] >= 0
     (output,) = page["outputs"]
