@@ -31,7 +31,6 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -70,7 +69,9 @@ try {
   const ours = model.run([input])[0];
   const theirs = (await session.run(feeds))[session.outputNames[0]].data;
   let difference = 0;
-  for (let k = 0; k < ours.length; k++) difference = Math.max(difference, Math.abs(ours[k] - theirs[k]));
+  for (let k = 0; k < ours.length; k++) {
+    difference = Math.max(difference, Math.abs(ours[k] - theirs[k]));
+  }
   const ember = [], ortweb = [];
   for (let round = 0; round < ROUNDS; round++) {
     const first = round % 2 === 0;

@@ -10,7 +10,6 @@ import importlib.util
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
