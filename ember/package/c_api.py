@@ -252,7 +252,8 @@ int {p}_run({p}_model *model, const void *const *inputs, void *const *outputs);
 
 /* Run-time dims (a model exported with dynamic dims; none otherwise).  Before a run, set
    every dim (in the order of {p}_dim_name); then the bound_ functions give this handle's
-   shapes and sizes.  A dynamic axis shows as -1 in {p}_input_shape and {p}_output_shape. */
+   shapes and sizes.  A dynamic axis shows as -1 in {p}_input_shape and {p}_output_shape,
+   and {p}_input_nbytes and {p}_output_nbytes of such a tensor are 0. */
 int {p}_num_dims(void);
 const char *{p}_dim_name(int index);
 int {p}_set_dims({p}_model *model, const int64_t *dims);
@@ -633,6 +634,7 @@ static int em_bind({p}_model *model, const int64_t *em_dims, const char *describ
 {{
   (void)em_dims; (void)described;
 {guards}
+  model->dims_set = 0;  /* until every size below is bound and the workspace is large enough */
 {binds}
   const int64_t workspace = {workspace};
   if (workspace < 0)

@@ -2,7 +2,10 @@
 
 ember needs exactly one external tool, a C compiler.  :func:`find_compiler` takes ``$CC``, else
 the first of ``cc``, ``gcc``, ``clang`` on ``PATH``, else the ``ziglang`` Python package
-(``python -m ziglang cc``: a pip-installable Clang, for machines without a compiler).
+(``python -m ziglang cc``: a pip-installable Clang, for machines without a compiler).  For
+another architecture than the host's (``ember export --target aarch64-linux``, wasm32) it
+takes the ``ziglang`` package first, which carries every target's C library, else ``clang``
+(which links for another target only with that target's libraries installed).
 
 :func:`compile_shared` builds with ``-O3 -std=c11 -fPIC -shared`` plus the target's ``-march``
 flags, OpenMP when the compiler has a working one (probed once per compiler), and
