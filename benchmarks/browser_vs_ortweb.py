@@ -36,6 +36,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ember  # noqa: E402
+from ember.bench.export import zoo_model_path  # noqa: E402
 from ember.package.browser import find_browser, open_headless  # noqa: E402
 
 _ORT_FILES = ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
@@ -115,17 +116,6 @@ def _ort_web(version: str) -> Path:
     return directory
 
 
-def _zoo_model(name: str) -> Path:
-    from ember.bench.export import export_model
-    from ember.bench.zoo import get_entry
-
-    entry = get_entry(name)
-    record = export_model(entry, entry.build(1, "full"), "full", 1, "torchscript")
-    if record.path is None:
-        raise SystemExit(f"{name}: export failed: {record.error}")
-    return Path(record.path)
-
-
 def measure(path: Path, shape: tuple[int, ...] | None, ort_web: Path, calls: int,
             rounds: int) -> dict:
     model = onnx.load(str(path))
@@ -156,7 +146,7 @@ def main() -> int:
         raise SystemExit("needs Chromium: apt-get install chromium")
     ort_web = _ort_web(args.ort_web_version)
     cases = [(str(args.onnx), args.onnx)] if args.onnx else \
-        [(name, _zoo_model(name)) for name in args.models]
+        [(name, zoo_model_path(name)) for name in args.models]
     shape = tuple(int(d) for d in args.shape.split(",")) if args.shape else None
     print(f"onnxruntime-web {args.ort_web_version}, one thread each, headless Chromium")
     for name, path in cases:

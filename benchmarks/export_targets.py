@@ -23,7 +23,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import ember  # noqa: E402
+from ember.bench.timing import time_calls  # noqa: E402
 from ember.frontend.onnx import import_onnx  # noqa: E402
 from ember.interp import ReferenceExecutor  # noqa: E402
 
@@ -39,12 +39,8 @@ TARGETS = ("host", "aarch64-linux", "wasm32-wasi")
 
 
 def _median_ms(fn, calls: int = 5) -> float:
-    samples = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
+    """The median of ``calls`` single calls, in milliseconds."""
+    return statistics.median(time_calls(fn, 1) * 1e3 for _ in range(calls))
 
 
 def _run_host(directory: Path, prefix: str, feeds: list[np.ndarray]

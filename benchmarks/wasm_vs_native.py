@@ -10,17 +10,16 @@ model is exported for ``wasm32-wasi`` (``ember.export``) and run through
 compiled natively for this machine (``ember.compile(..., threads=1)``) and for plain SSE2
 (``target="x86_64"``, 128-bit vectors like wasm's SIMD128, no FMA: what the ISA alone costs);
 ONNX Runtime runs with one intra-op thread.  Every round times each contender in turn
-(median of its calls), rounds rotate the order; the table gives the medians over rounds and
-the ratios to the native build.  The outputs are checked against the native build first.
+(``ember.bench.timing.measure_interleaved``: samples of back-to-back calls, rounds rotating
+the order); the table gives the medians over rounds and the ratios to the native build.
+The outputs are checked against the native build first.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,26 +28,8 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ember  # noqa: E402
-
-
-def _zoo_model(name: str) -> Path:
-    from ember.bench.export import export_model
-    from ember.bench.zoo import get_entry
-
-    entry = get_entry(name)
-    record = export_model(entry, entry.build(1, "full"), "full", 1, "torchscript")
-    if record.path is None:
-        raise SystemExit(f"{name}: export failed: {record.error}")
-    return Path(record.path)
-
-
-def _median_ms(fn, calls: int) -> float:
-    samples = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
+from ember.bench.export import zoo_model_path  # noqa: E402
+from ember.bench.timing import measure_interleaved  # noqa: E402
 
 
 def measure(path: Path, shape: tuple[int, ...] | None, rounds: int) -> dict[str, float]:
@@ -79,12 +60,8 @@ def measure(path: Path, shape: tuple[int, ...] | None, rounds: int) -> dict[str,
     contenders = {"wasm32 (wasmtime)": lambda: wasm.run(feeds), "native": lambda: native(x),
                   "native SSE2": lambda: sse2(x),
                   "ONNX Runtime": lambda: session.run(None, feeds)}
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    names = list(contenders)
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            times[name].append(_median_ms(contenders[name], 5 if "wasm" in name else 10))
-    return {name: statistics.median(values) for name, values in times.items()}
+    measured = measure_interleaved(contenders, rounds, min_sample_seconds=0.2)
+    return {name: series.median for name, series in measured.series.items()}
 
 
 def main() -> int:
@@ -95,7 +72,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     cases = [(str(args.onnx), args.onnx)] if args.onnx else \
-        [(name, _zoo_model(name)) for name in args.models]
+        [(name, zoo_model_path(name)) for name in args.models]
     shape = tuple(int(d) for d in args.shape.split(",")) if args.shape else None
     print("CPU:", ember.Target.native().triple, "| one thread each")
     for name, path in cases:

@@ -128,6 +128,21 @@ def export_model(entry: ZooEntry, built: BuiltModel, size: str, batch: int, expo
     return record
 
 
+def zoo_model_path(name: str, size: str = "full", batch: int = 1,
+                   exporter: str = "torchscript") -> Path:
+    """The ONNX file of zoo model ``name`` (exported now, or from the cache); an EmberError
+    with the exporter's message when it cannot be exported."""
+    from ember.bench.zoo import get_entry
+    from ember.core.errors import EmberError
+
+    entry = get_entry(name)
+    record = export_model(entry, entry.build(batch, size), size, batch, exporter)
+    if record.path is None:
+        raise EmberError(f"zoo model {name} ({size}, batch {batch}) does not export with "
+                         f"{exporter}: {record.error}")
+    return Path(record.path)
+
+
 def _run_exporter(built: BuiltModel, exporter: str, path: Path) -> None:
     import torch
 

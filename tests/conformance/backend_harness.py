@@ -144,12 +144,17 @@ def run_suite_case(case, mode: str = "reference", opt_level: int = 2) -> tuple[s
                 fallbacks = sorted({impl.node.op for impl in rep.module.build.host_nodes})
                 if fallbacks:
                     return "pass", "fallback: " + ", ".join(fallbacks)
-    except AssertionError as error:
-        return "fail", f"AssertionError: {str(error).strip()}"
     except Exception as error:
-        return "error", f"{type(error).__name__}: {error}\n" + "".join(
-            traceback.format_exception(error)[-3:])
+        return _failure(error)
     return "pass", ""
+
+
+def _failure(error: Exception) -> tuple[str, str]:
+    """('fail', detail) for a comparison that failed, ('error', detail) for anything else."""
+    if isinstance(error, AssertionError):
+        return "fail", f"AssertionError: {str(error).strip()}"
+    return "error", f"{type(error).__name__}: {error}\n" + "".join(
+        traceback.format_exception(error)[-3:])
 
 
 def run_wasm_case(case, directory: str) -> tuple[str, str]:
@@ -184,9 +189,6 @@ def run_wasm_case(case, directory: str) -> tuple[str, str]:
                     return "skip", str(error).splitlines()[0]
                 outputs = WasmModel(target).run(feeds)
                 compare_outputs(expected, list(outputs.values()), case.rtol, case.atol)
-    except AssertionError as error:
-        return "fail", f"AssertionError: {str(error).strip()}"
     except Exception as error:
-        return "error", f"{type(error).__name__}: {error}\n" + "".join(
-            traceback.format_exception(error)[-3:])
+        return _failure(error)
     return "pass", ""
