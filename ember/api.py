@@ -1004,7 +1004,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str | Target = "n
 
 def export(model: Any, directory: str | Path, *, target: str | Target = "host",
            input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
-           dynamic_dims: Sequence[str] = (), example_inputs: Any = None, opt_level: int = 2,
+           dynamic_dims: Sequence[str] = (), embed_weights: bool = False,
+           example_inputs: Any = None, opt_level: int = 2,
            memory_limit: int | str | None = None,
            base_dir: str | Path | None = None) -> "ExportResult":
     """Compile ``model`` for ``target`` and write a directory that runs it without Python:
@@ -1022,6 +1023,8 @@ def export(model: Any, directory: str | Path, *, target: str | Target = "host",
     instead (``<name>_set_dims`` in C): the model is traced at the sizes ``input_shapes``
     gives them, and the export serves every size its guards admit (``export.json`` and the
     README say which: for a sequence length, a range such as 16..31).
+    ``embed_weights`` links the weights into the libraries (``<name>_create_embedded``; Linux
+    targets) instead of writing them beside as ``<name>.weights``.
     """
     from ember.package.export import export_build, is_browser_target, parse_export_target
 
@@ -1032,9 +1035,10 @@ def export(model: Any, directory: str | Path, *, target: str | Target = "host",
     browser = is_browser_target(target)
     if not dynamic_dims:
         return export_build(build_graph(graph, input_shapes, options), directory, name,
-                            browser=browser)
+                            browser=browser, embed_weights=embed_weights)
     build, dims = _traced_for_export(graph, options, input_shapes, dynamic_dims)
-    return export_build(build, directory, name, browser=browser, dims=dims)
+    return export_build(build, directory, name, browser=browser, dims=dims,
+                        embed_weights=embed_weights)
 
 
 def _traced_for_export(graph: Graph, options: BuildOptions,

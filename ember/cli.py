@@ -729,6 +729,9 @@ def _add_export(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--dynamic", action="append", default=[], metavar="NAME",
                         help="a symbolic dimension the export takes at run time "
                              "(NAME_set_dims in C), traced at its --dim size; repeatable")
+    parser.add_argument("--embed-weights", action="store_true",
+                        help="link the weights into the libraries (NAME_create_embedded) "
+                             "instead of writing NAME.weights beside them")
     _add_memory_limit_option(parser)
     parser.set_defaults(handler=_export)
 
@@ -740,7 +743,8 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     shapes = _compile_shapes(graph, _bindings(graph, args.dim))
     result = export(graph, args.output, target=args.target, input_shapes=shapes,
                     name=args.name if args.name else graph.name, dynamic_dims=args.dynamic,
-                    opt_level=args.opt_level, memory_limit=args.memory_limit)
+                    embed_weights=args.embed_weights, opt_level=args.opt_level,
+                    memory_limit=args.memory_limit)
     console.print(result.report)
     target = result.target
     console.print(f"wrote {result.directory} for {target.triple}: "

@@ -157,6 +157,8 @@ class ApiSpec:
     weights_sha256: bytes
     workspace_size: int
     dims: DimsSpec | None = None
+    # the weights are linked into the library (``weights_unit_source``): create_embedded
+    embedded: bool = False
 
 
 def weights_digest(blob: np.ndarray) -> bytes:
@@ -169,6 +171,30 @@ def weights_file_bytes(blob: np.ndarray) -> bytes:
     header = struct.pack("<8sIIQ32s", WEIGHTS_MAGIC, WEIGHTS_FORMAT_VERSION, 0, blob.nbytes,
                          weights_digest(blob))
     return header.ljust(WEIGHTS_HEADER_BYTES, b"\0") + blob.tobytes()
+
+
+_SAFE_PATH = re.compile(r"[A-Za-z0-9_./+-]+\Z")
+
+
+def weights_unit_source(prefix: str, blob_path: str, digest: bytes) -> str:
+    """A unit placing the weights blob at ``blob_path`` in the library's read-only data,
+    64-byte aligned, as ``<prefix>_embedded_weights_data`` (the assembler's ``.incbin``: a
+    large model's weights would make a C array initializer of hundreds of megabytes).  ELF
+    targets only.  The digest in a comment makes the unit's text, hence its cache key,
+    follow the blob's content."""
+    if not _SAFE_PATH.match(blob_path):
+        raise ExportError(f"the weights' temporary path {blob_path!r} cannot be named in "
+                          f"assembly; set TMPDIR to a directory whose path is plain ASCII "
+                          f"letters, digits and / . _ + -")
+    symbol = f"{prefix}_embedded_weights_data"
+    return (f"/* The weights of \"{prefix}\", SHA-256 {digest.hex()}. */\n"
+            f"__asm__(\".section .rodata.{symbol},\\\"a\\\"\\n\"\n"
+            f"        \".balign 64\\n\"\n"
+            f"        \".globl {symbol}\\n\"\n"
+            f"        \".hidden {symbol}\\n\"\n"
+            f"        \"{symbol}:\\n\"\n"
+            f"        \".incbin \\\"{blob_path}\\\"\\n\"\n"
+            f"        \".previous\\n\");\n")
 
 
 def header_source(spec: ApiSpec) -> str:
@@ -245,6 +271,9 @@ int {p}_api_version(void);
 int {p}_open(int api_version, const char *weights_path, {p}_model **model);
 /* The same bytes from memory (copied: the buffer may be freed on return). */
 int {p}_open_memory(int api_version, const void *weights_file, size_t size, {p}_model **model);
+/* The weights linked into the library (exported with --embed-weights; EMBER_ERROR_WEIGHTS
+   otherwise), used where they lie. */
+int {p}_open_embedded(int api_version, {p}_model **model);
 void {p}_destroy({p}_model *model);
 
 /* inputs[i] -> outputs[j], in the orders of the indices above (of the bound sizes). */
@@ -283,6 +312,11 @@ static inline int {p}_create_from_memory(const void *weights_file, size_t size,
                                           {p}_model **model)
 {{
   return {p}_open_memory({upper}_API_VERSION, weights_file, size, model);
+}}
+
+static inline int {p}_create_embedded({p}_model **model)
+{{
+  return {p}_open_embedded({upper}_API_VERSION, model);
 }}
 
 #ifdef __cplusplus
@@ -337,6 +371,7 @@ def api_source(spec: ApiSpec) -> str:
     n_in, n_out = len(spec.inputs), len(spec.outputs)
     max_rank = max([len(t.shape) for t in (*spec.inputs, *spec.outputs)] + [1])
     return (_DIMS_HELPERS if dims else "") + _API_TEMPLATE.format(
+        embedded=1 if spec.embedded else 0,
         p=p, api_version=API_VERSION, n_in=n_in, n_out=n_out, tables="\n".join(tables),
         n_in_slots=max(n_in, 1), n_out_slots=max(n_out, 1), max_rank=max_rank,
         n_dims=len(names), n_dim_slots=max(len(names), 1), max_dim=MAX_RUNTIME_DIM,
@@ -394,6 +429,10 @@ enum {{ EM_OK = 0, EM_ARGUMENT = 1, EM_IO = 2, EM_WEIGHTS = 3, EM_MEMORY = 4, EM
 static const uint8_t em_weights_sha256[32] = {{{digest}}};
 #define EM_HEADER_BYTES {header_bytes}
 #define EM_ALIGN {align}
+#define EM_EMBEDDED {embedded}
+#if EM_EMBEDDED
+extern const uint8_t {p}_embedded_weights_data[];
+#endif
 
 {tables}
 
@@ -402,6 +441,7 @@ static const char *const em_status_names[{n_statuses}] = {{{statuses}}};
 typedef struct {p}_model {p}_model;
 struct {p}_model {{
   uint8_t *weights;
+  int owns_weights;                 /* 0: the embedded weights, used where they lie */
   uint8_t *workspace;
   uint64_t workspace_bytes;
   int dims_set;                     /* 1 once the dims are bound (always, without dims) */
@@ -528,7 +568,8 @@ EM_API void {p}_destroy({p}_model *model)
 {{
   if (model == NULL)
     return;
-  free(model->weights);
+  if (model->owns_weights)
+    free(model->weights);
   free(model->workspace);
   for (int i = 0; i < EM_NUM_OUTPUTS; ++i)
     free(model->scratch[i]);
@@ -676,12 +717,13 @@ EM_API int {p}_set_dims({p}_model *model, const int64_t *dims)
 
 /* A handle whose weights blob is allocated but not yet filled (bound at the traced sample's
    dims, or at the static shapes). */
-static int em_new_model({p}_model **out)
+static int em_new_model({p}_model **out, const uint8_t *weights)
 {{
   {p}_model *model = calloc(1, sizeof *model);
   if (model == NULL)
     return em_fail(EM_MEMORY, "cannot allocate the model handle");
-  model->weights = em_aligned(EM_WEIGHTS_SIZE);
+  model->owns_weights = weights == NULL;
+  model->weights = weights != NULL ? (uint8_t *)weights : em_aligned(EM_WEIGHTS_SIZE);
   if (model->weights == NULL) {{
     {p}_destroy(model);
     return em_fail(EM_MEMORY, "cannot allocate %llu bytes of weights",
@@ -741,7 +783,7 @@ EM_API int {p}_open(int api_version, const char *path, {p}_model **out)
   status = em_check_header(header, source);
   {p}_model *model = NULL;
   if (status == EM_OK)
-    status = em_new_model(&model);
+    status = em_new_model(&model, NULL);
   if (status == EM_OK && EM_WEIGHTS_SIZE > 0 &&
       fread(model->weights, 1, (size_t)EM_WEIGHTS_SIZE, file) != (size_t)EM_WEIGHTS_SIZE)
     status = em_fail(EM_WEIGHTS, "'%.400s' ends before its %llu bytes of weights", path,
@@ -777,7 +819,7 @@ EM_API int {p}_open_memory(int api_version, const void *data, size_t size, {p}_m
                    "model needs %llu", size - EM_HEADER_BYTES,
                    (unsigned long long)EM_WEIGHTS_SIZE);
   {p}_model *model = NULL;
-  status = em_new_model(&model);
+  status = em_new_model(&model, NULL);
   if (status != EM_OK)
     return status;
   if (EM_WEIGHTS_SIZE > 0)
@@ -789,6 +831,19 @@ EM_API int {p}_open_memory(int api_version, const void *data, size_t size, {p}_m
   }}
   *out = model;
   return EM_OK;
+}}
+
+EM_API int {p}_open_embedded(int api_version, {p}_model **out)
+{{
+  int status = em_check_open(api_version, out);
+  if (status != EM_OK)
+    return status;
+#if EM_EMBEDDED
+  return em_new_model(out, {p}_embedded_weights_data);
+#else
+  return em_fail(EM_WEIGHTS, "this library of \"{p}\" has no embedded weights (export it "
+                 "with --embed-weights, or load its .weights file with {p}_create)");
+#endif
 }}
 
 /* ---- running ---- */

@@ -28,9 +28,11 @@ given, and a model with ops that ember runs through numpy fallbacks is refused, 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -45,7 +47,7 @@ from ember.package.artifact import (SaveTargetError, _read_json_file, _sha256_of
                                     write_directory_in_place)
 from ember.package.c_api import (API_VERSION, ApiSpec, DimsSpec, ExportError, TensorInfo,
                                  api_source, c_prefix, header_source, weights_digest,
-                                 weights_file_bytes)
+                                 weights_file_bytes, weights_unit_source)
 
 EXPORT_FILE = "export.json"
 EXPORT_FORMAT = "ember-export"
@@ -128,21 +130,34 @@ def weights_blob(build: Build) -> np.ndarray:
 
 def export_build(build: Build, directory: str | Path, name: str | None = None,
                  browser: bool = False, dims: DimsSpec | None = None,
-                 sanitize: bool = False) -> ExportResult:
+                 sanitize: bool = False, embed_weights: bool = False) -> ExportResult:
     """Write ``build`` as a deployable directory (see the module docstring); ``name`` (default:
     the graph's name) becomes the file names and the prefix of the C functions; ``browser``
     (a wasm32 build only) adds the JavaScript loader and the page; ``dims``: the run-time
     dims of a traced build (the C API then takes them, ``<name>_set_dims``); ``sanitize``
-    builds the libraries with AddressSanitizer and UBSan (for tests, as ``BuildOptions``)."""
+    builds the libraries with AddressSanitizer and UBSan (for tests, as ``BuildOptions``);
+    ``embed_weights`` links the weights into the libraries (``<name>_create_embedded``)
+    instead of writing ``<name>.weights`` (Linux targets)."""
     prefix = c_prefix(name if name is not None else (build.graph.name or "model"))
     blob = weights_blob(build)
-    spec = api_spec(build, prefix, blob, dims)
     target = build.target
-    libraries = _build_libraries(build, api_source(spec), prefix, sanitize)
+    if embed_weights and target.arch == "wasm32":
+        raise ExportError("embedded weights are for Linux targets: a wasm module takes its "
+                          "weights from memory (ember.runtime.wasm and the browser loader do)")
+    spec = dataclasses.replace(api_spec(build, prefix, blob, dims), embedded=embed_weights)
+    with tempfile.TemporaryDirectory(prefix="ember-weights-") as scratch:
+        extra = []
+        if embed_weights:
+            blob_path = Path(scratch) / "weights.bin"
+            blob_path.write_bytes(blob.tobytes())
+            extra.append(weights_unit_source(prefix, str(blob_path), spec.weights_sha256))
+        libraries = _build_libraries(build, [api_source(spec), *extra], prefix, sanitize)
     contents: dict[str, bytes | Path | Callable[[Path], None]] = {
-        f"{prefix}.h": header_source(spec).encode("utf-8"),
-        f"{prefix}.weights": weights_file_bytes(blob)}
-    roles = {"header": f"{prefix}.h", "weights": f"{prefix}.weights"}
+        f"{prefix}.h": header_source(spec).encode("utf-8")}
+    roles = {"header": f"{prefix}.h"}
+    if not embed_weights:
+        contents[f"{prefix}.weights"] = weights_file_bytes(blob)
+        roles["weights"] = f"{prefix}.weights"
     for role, (file_name, made) in libraries.items():
         contents[file_name] = made
         roles[role] = file_name
@@ -212,10 +227,10 @@ def _axis(expr: str, sample: int) -> int | dict:
     return {"expr": expr}
 
 
-def _build_libraries(build: Build, api: str, prefix: str, sanitize: bool = False
+def _build_libraries(build: Build, units: list[str], prefix: str, sanitize: bool = False
                      ) -> dict[str, tuple[str, Path | Callable[[Path], None]]]:
-    """Compile the API unit with the build's kernels: role -> (file name, the built file or
-    a function writing it to a path)."""
+    """Compile the API's ``units`` with the build's kernels: role -> (file name, the built
+    file or a function writing it to a path)."""
     from ember.toolchain.archive import archive
     from ember.toolchain.compiler import build_library, find_compiler
     from ember.toolchain.units import UnitBuild, UnitSource
@@ -223,12 +238,12 @@ def _build_libraries(build: Build, api: str, prefix: str, sanitize: bool = False
     target = build.target
     if target.arch == "wasm32" or build.units is None:
         # one translation unit: the build's own source with the API after it
-        library = build_library(build.source + "\n" + api, target, sanitize=sanitize)
+        library = build_library("\n".join([build.source, *units]), target, sanitize=sanitize)
         if target.arch == "wasm32":
             return {"wasm": (f"{prefix}.wasm", library.path)}
         return {"shared": (f"lib{prefix}.so", library.path)}
     sources = [UnitSource(text, flags) for text, flags in build.units.flagged_sources()]
-    sources.append(UnitSource(api))
+    sources += [UnitSource(unit) for unit in units]
     with UnitBuild(target, sanitize=sanitize) as units:
         shared = units.link(sources)
         objects = [obj.path for obj in units.objects(sources)]
@@ -305,6 +320,9 @@ def _readme(spec: ApiSpec, target: Target, roles: dict[str, str]) -> str:
         f"- {kind} {i}: `{t.name}` {t.dtype.numpy.name}{list(t.shape)} ({t.nbytes:,} bytes)"
         for kind, tensors in (("input", spec.inputs), ("output", spec.outputs))
         for i, t in enumerate(tensors))
+    if "weights" not in roles:
+        dims_note += (f"\n\nThe weights are linked into the library: open the model with "
+                      f"`{p}_create_embedded(&model)`; the example program takes `-e`.")
     if "page" in roles:
         build = (f"Serve this directory over HTTP (for example `python -m http.server`) and open "
                  f"`index.html`: it loads the model with `{p}.js`, runs it and shows the outputs "
@@ -323,7 +341,7 @@ def _readme(spec: ApiSpec, target: Target, roles: dict[str, str]) -> str:
                  f"-o run_model\n"
                  f"    cc -O2 -I. -DMODEL={p} run_model.c lib{p}.a -lm -pthread "
                  f"-o run_model_static\n"
-                 f"    ./run_model {p}.weights")
+                 f"    ./run_model " + (f"{p}.weights" if "weights" in roles else "-e"))
     return (f"# {p}: exported by ember {__version__}\n\n"
             f"Target: {target.triple} ({target.vector_bits}-bit vectors). "
             f"Signature:\n\n{signature}{dims_note}\n\n{build}\n\n"

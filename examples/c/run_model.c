@@ -9,9 +9,10 @@
  *
  * and run it:
  *
- *   run_model WEIGHTS [-d NAME=SIZE]... [-i INPUT.bin]... [-o OUTPUT_DIR] [-r REPEAT]
+ *   run_model WEIGHTS|-e [-d NAME=SIZE]... [-i INPUT.bin]... [-o OUTPUT_DIR] [-r REPEAT]
  *             [-t THREADS]
  *
+ * (-e: the weights linked into the library, for a model exported with --embed-weights).
  * A model exported with run-time dims (`ember export --dynamic seq`) needs each of them:
  * -d seq=24 (NAME_set_dims; the sizes and shapes below are then the bound ones).
  * Each -i names a file holding one input's raw bytes (little-endian, C order, exactly the
@@ -96,6 +97,7 @@ static void print_values(const void *data, int dtype, size_t count)
 int main(int argc, char **argv)
 {
   const char *weights = NULL, *output_dir = NULL;
+  int embedded = 0;
   const char *input_files[MAX_FILES];
   const char *dim_args[MAX_DIMS];
   int n_files = 0, n_dim_args = 0, repeat = 1, threads = 0;
@@ -110,23 +112,26 @@ int main(int argc, char **argv)
       repeat = atoi(argv[++a]);
     else if (strcmp(argv[a], "-t") == 0 && a + 1 < argc)
       threads = atoi(argv[++a]);
+    else if (strcmp(argv[a], "-e") == 0)
+      embedded = 1;
     else if (weights == NULL && argv[a][0] != '-')
       weights = argv[a];
     else {
-      fprintf(stderr, "usage: %s WEIGHTS [-d NAME=SIZE]... [-i INPUT.bin]... [-o OUTPUT_DIR] "
-              "[-r REPEAT] [-t THREADS]\n", argv[0]);
+      fprintf(stderr, "usage: %s WEIGHTS|-e [-d NAME=SIZE]... [-i INPUT.bin]... "
+              "[-o OUTPUT_DIR] [-r REPEAT] [-t THREADS]\n", argv[0]);
       return 2;
     }
   }
   const int n_in = API(num_inputs)(), n_out = API(num_outputs)();
-  if (weights == NULL || repeat < 1 || (n_files != 0 && n_files != n_in)) {
-    fprintf(stderr, "usage: %s WEIGHTS [-i INPUT.bin]... (none or %d) [-o OUTPUT_DIR] "
+  if ((weights == NULL) == !embedded || repeat < 1 || (n_files != 0 && n_files != n_in)) {
+    fprintf(stderr, "usage: %s WEIGHTS|-e [-i INPUT.bin]... (none or %d) [-o OUTPUT_DIR] "
             "[-r REPEAT >= 1] [-t THREADS]\n", argv[0], n_in);
     return 2;
   }
 
   API(model) *model = NULL;
-  if (API(create)(weights, &model) != EMBER_OK) {
+  const int opened = embedded ? API(create_embedded)(&model) : API(create)(weights, &model);
+  if (opened != EMBER_OK) {
     fprintf(stderr, "%s\n", API(last_error)());
     return 1;
   }

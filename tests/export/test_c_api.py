@@ -373,3 +373,29 @@ def test_the_api_and_kernels_under_address_and_undefined_behaviour_sanitizers(
         run = subprocess.run([str(program), str(seq.files["weights"]), "-d", f"seq={length}"],
                              env=environment, capture_output=True, text=True, timeout=300)
         assert run.returncode == status and "runtime error" not in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["shared", "static"])
+def test_weights_linked_into_the_library(tmp_path, static):
+    directory = tmp_path / "embedded"
+    assert cli_main(["export", str(TINYNET), "-o", str(directory), "--dim", "N=2",
+                     "--embed-weights"]) == 0
+    assert not list(directory.glob("*.weights"))
+    program = compile_example(directory, "tinynet", tmp_path / "run_model", static=static)
+    image = _image()
+    out = tmp_path / "out"
+    out.mkdir()
+    result = subprocess.run([str(program), "-e", *write_inputs(tmp_path, [image]), "-o",
+                             str(out)], env={}, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    logits = np.fromfile(out / "output0.bin", np.float32).reshape(BATCH, 10)
+    np.testing.assert_allclose(logits, reference(TINYNET, {"input": image})["logits"],
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_a_library_without_embedded_weights_says_so(tinynet_export):
+    lib = _api(tinynet_export, "tinynet")
+    handle = ctypes.c_void_p()
+    lib.tinynet_open_embedded.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
+    assert lib.tinynet_open_embedded(1, ctypes.byref(handle)) == 3
+    assert "no embedded weights" in lib.tinynet_last_error().decode() and not handle.value
