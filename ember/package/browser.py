@@ -10,10 +10,12 @@ no bundler: ``<name>.js`` is one ES module::
     import { load } from "./tinynet.js";
     const model = await load();                     // fetches tinynet.wasm and .weights
     const [logits] = model.run([new Float32Array(model.inputs[0].size)]);
+    model.setDims([24]);                            // an export with run-time dims
 
 ``index.html`` loads the model, runs it on a fixed input (the pattern of
 ``examples/c/run_model.c``), and shows the outputs, the time per call and how many threads
-it ran on; opened as ``index.html?report=1`` it also posts that result as JSON to ``result``
+it ran on (an export with run-time dims runs at its traced sample; ``model.setDims`` changes
+them); opened as ``index.html?report=1`` it also posts that result as JSON to ``result``
 beside it (a test or benchmark harness serving the page reads it there).  The module runs
 on one thread: threads in the browser need a cross-origin
 isolated page (COOP/COEP headers) and a threaded build, which this export is not; the page
@@ -50,10 +52,13 @@ def loader_source(spec: ApiSpec) -> str:
     def tensors(infos) -> list[dict]:
         return [{"name": t.name, "dtype": t.dtype.numpy.name, "shape": list(t.shape),
                  "size": int(t.nbytes // t.dtype.itemsize), "nbytes": int(t.nbytes),
+                 "itemsize": t.dtype.itemsize,
                  "array": _TYPED_ARRAYS.get(t.dtype.numpy.name, "Uint8Array")}
                 for t in infos]
 
-    signature = json.dumps({"prefix": spec.prefix, "apiVersion": API_VERSION,
+    dims = [{"name": n, "sample": s} for n, s in zip(spec.dims.names, spec.dims.samples)] \
+        if spec.dims else []
+    signature = json.dumps({"prefix": spec.prefix, "apiVersion": API_VERSION, "dims": dims,
                             "inputs": tensors(spec.inputs), "outputs": tensors(spec.outputs)},
                            ensure_ascii=True)
     return _LOADER.replace("@SIGNATURE@", signature)
@@ -123,21 +128,56 @@ class Model {
   constructor(instance, handle) {
     this.exports = instance.exports;
     this.handle = handle;
-    this.inputs = SIGNATURE.inputs;
-    this.outputs = SIGNATURE.outputs;
     this.threads = 1;
-    const api = this.api = (name) => this.exports[`${SIGNATURE.prefix}_${name}`];
-    this.inBuffers = this.inputs.map((t) => api("alloc")(Math.max(1, t.nbytes)));
-    this.outBuffers = this.outputs.map((t) => api("alloc")(Math.max(1, t.nbytes)));
-    this.inArray = this.pointers(this.inBuffers);
-    this.outArray = this.pointers(this.outBuffers);
+    this.api = (name) => this.exports[`${SIGNATURE.prefix}_${name}`];
+    // this handle's tensors: the signature's, with the bound shapes once dims are set
+    this.inputs = SIGNATURE.inputs.map((t) => ({ ...t }));
+    this.outputs = SIGNATURE.outputs.map((t) => ({ ...t }));
+    this.dims = SIGNATURE.dims.map((d) => d.name);
+    this.inBuffers = this.inputs.map(() => [0, 0]);  // [address, capacity]
+    this.outBuffers = this.outputs.map(() => [0, 0]);
+    this.inArray = this.api("alloc")(Math.max(4, 4 * this.inputs.length));
+    this.outArray = this.api("alloc")(Math.max(4, 4 * this.outputs.length));
+    if (this.dims.length) this.setDims(SIGNATURE.dims.map((d) => d.sample));
+    else this.allocate();
   }
 
-  pointers(addresses) {
-    const array = this.api("alloc")(Math.max(4, 4 * addresses.length));
+  // A model exported with run-time dims: set them (in the order of `dims`) before running
+  // at other sizes; the tensors' shapes and sizes follow.  Throws, naming the guard, for
+  // sizes the export does not serve.
+  setDims(values) {
+    if (values.length !== this.dims.length) {
+      throw new Error(`give ${this.dims.length} dim(s): ${this.dims.join(", ")}`);
+    }
+    const slot = this.api("alloc")(8 * Math.max(1, values.length));
     const view = new DataView(this.exports.memory.buffer);
-    addresses.forEach((address, i) => view.setUint32(array + 4 * i, address, true));
-    return array;
+    values.forEach((v, d) => view.setBigInt64(slot + 8 * d, BigInt(v), true));
+    const status = this.api("set_dims")(this.handle, slot);
+    this.api("free")(slot);
+    if (status !== 0) throw new Error(lastError(this.exports, SIGNATURE.prefix, status));
+    const bound = (kind, tensors) => tensors.forEach((t, i) => {
+      const at = this.api(`bound_${kind}_shape`)(this.handle, i);
+      const shape = new DataView(this.exports.memory.buffer);
+      t.shape = t.shape.map((_, axis) => Number(shape.getBigInt64(at + 8 * axis, true)));
+      t.size = t.shape.reduce((a, b) => a * b, 1);
+      t.nbytes = t.size * t.itemsize;
+    });
+    bound("input", this.inputs);
+    bound("output", this.outputs);
+    this.allocate();
+  }
+
+  // Buffers in the module's memory large enough for the current sizes, and the pointer
+  // arrays that run() passes pointing at them.
+  allocate() {
+    const grow = (tensors, buffers, array) => tensors.forEach((t, i) => {
+      if (buffers[i][1] >= Math.max(1, t.nbytes)) return;
+      if (buffers[i][0]) this.api("free")(buffers[i][0]);
+      buffers[i] = [this.api("alloc")(Math.max(1, t.nbytes)), Math.max(1, t.nbytes)];
+      new DataView(this.exports.memory.buffer).setUint32(array + 4 * i, buffers[i][0], true);
+    });
+    grow(this.inputs, this.inBuffers, this.inArray);
+    grow(this.outputs, this.outBuffers, this.outArray);
   }
 
   // inputs: one typed array per input (or an object by name), of the input's size.
@@ -150,14 +190,14 @@ class Model {
         throw new Error(`input ${i} ('${t.name}') must be ${t.nbytes} bytes ` +
                         `(${t.dtype}[${t.shape}])`);
       }
-      new Uint8Array(this.exports.memory.buffer, this.inBuffers[i], t.nbytes)
+      new Uint8Array(this.exports.memory.buffer, this.inBuffers[i][0], t.nbytes)
         .set(new Uint8Array(value.buffer, value.byteOffset, value.byteLength));
     });
     const status = this.api("run")(this.handle, this.inArray, this.outArray);
     if (status !== 0) throw new Error(lastError(this.exports, SIGNATURE.prefix, status));
     return this.outputs.map((t, j) => {
       const memory = new Uint8Array(this.exports.memory.buffer);
-      const bytes = memory.slice(this.outBuffers[j], this.outBuffers[j] + t.nbytes);
+      const bytes = memory.slice(this.outBuffers[j][0], this.outBuffers[j][0] + t.nbytes);
       return new globalThis[t.array](bytes.buffer);
     });
   }

@@ -164,9 +164,6 @@ def export_build(build: Build, directory: str | Path, name: str | None = None,
     if browser:
         if target.arch != "wasm32":
             raise ExportError(f"a browser export needs a wasm32 build, not {target.triple}")
-        if dims is not None:
-            raise ExportError("the browser loader runs fixed shapes only: export "
-                              "wasm32-browser without dynamic dims, or wasm32-wasi with them")
         from ember.package.browser import loader_source, page_source
 
         contents[f"{prefix}.js"] = loader_source(spec).encode("utf-8")

@@ -73,9 +73,6 @@ def test_wasm32_export_with_run_time_dims(tmp_path, sequence_path):
                                    atol=1e-6)
     with pytest.raises(InputError, match="seq=40 is outside"):
         model.run({"x": np.zeros((1, 40, 8), np.float32)})
-    with pytest.raises(ember.EmberError, match="fixed shapes only"):
-        ember.export(sequence_path, tmp_path / "page", target="wasm32-browser",
-                     input_shapes={"x": (1, 20, 8)}, dynamic_dims=["seq"])
 
 
 @needs_zig
@@ -157,3 +154,40 @@ def test_wasm32_browser_page_runs_the_model_in_headless_chromium(tmp_path):
     expected = reference(TINYNET, {"input": pattern_input((2, 3, 32, 32))})["logits"]
     np.testing.assert_allclose(np.array(output["values"], np.float32).reshape(2, 10), expected,
                                rtol=1e-4, atol=1e-4)
+
+
+_DIMS_PAGE = """<!doctype html><meta charset="utf-8"><script type="module">
+import { load } from "./seqnet.js";
+const result = {};
+try {
+  const model = await load();
+  result.sample = model.inputs[0].shape;
+  model.setDims([27]);
+  const input = new Float32Array(model.inputs[0].size);
+  for (let k = 0; k < input.length; k++) input[k] = ((k * 7919) % 1000 - 500) / 500;
+  result.shape = model.outputs[0].shape;
+  result.values = Array.from(model.run([input])[0]);
+  try { model.setDims([40]); } catch (error) { result.refused = error.message; }
+} catch (error) { result.error = String(error); }
+await fetch("result", { method: "POST", body: JSON.stringify(result) });
+</script>"""
+
+
+@needs_zig
+def test_the_browser_loader_sets_run_time_dims(tmp_path, sequence_path):
+    from ember.package.browser import find_browser, open_headless
+
+    if find_browser() is None:
+        pytest.skip("the browser test needs Chromium (apt-get install chromium; make "
+                    "installs it)")
+    directory = tmp_path / "site"
+    ember.export(sequence_path, directory, target="wasm32-browser",
+                 input_shapes={"x": (1, 20, 8)}, dynamic_dims=["seq"])
+    (directory / "dims.html").write_text(_DIMS_PAGE, encoding="utf-8")
+    page = open_headless(directory, "dims.html")
+    assert "error" not in page, page
+    assert page["sample"] == [1, 20, 8] and page["shape"] == [1, 27, 8]
+    expected = reference(sequence_path, {"x": pattern_input((1, 27, 8))})["y"]
+    np.testing.assert_allclose(np.array(page["values"], np.float32).reshape(1, 27, 8),
+                               expected, rtol=1e-5, atol=1e-6)
+    assert "seq=40 is outside" in page["refused"]
