@@ -400,8 +400,16 @@ static void em_start_workers(int wanted) {
   pthread_mutex_unlock(&em_pool.lock);
 }
 
-/* Unloading the library: its workers must not outlive its code. */
-__attribute__((destructor)) static void em_stop_workers(void) {
+/* Unloading the library: its workers must not outlive its code.  It runs at every exit,
+   also of a program that never used the library because its CPU lacks the library's
+   instruction set (an export for x86-64-v4 refuses to open on an AVX2 machine): so on x86 it
+   is compiled for the baseline, whatever -march the library has. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define EM_BASELINE_CODE __attribute__((target("arch=x86-64")))
+#else
+#define EM_BASELINE_CODE
+#endif
+__attribute__((destructor)) EM_BASELINE_CODE static void em_stop_workers(void) {
   int started[EM_MAX_THREADS];
   pthread_mutex_lock(&em_pool.lock);
   em_pool.stopping = 1;

@@ -69,6 +69,7 @@ STATUS_CODES = {
     "EMBER_ERROR_MEMORY": 4,     # an allocation failed
     "EMBER_ERROR_VERSION": 5,    # the header's API version is not the library's
     "EMBER_ERROR_RUN": 6,        # a step of the model failed (e.g. an index out of range)
+    "EMBER_ERROR_CPU": 7,        # this CPU lacks the instruction set the library was built for
 }
 
 _PREFIX = re.compile(r"[a-z][a-z0-9_]{0,47}\Z")
@@ -159,6 +160,8 @@ class ApiSpec:
     dims: DimsSpec | None = None
     # the weights are linked into the library (``weights_unit_source``): create_embedded
     embedded: bool = False
+    # the target's instruction-set flags (a named x86-64 level is checked at open)
+    march: tuple[str, ...] = ()
 
 
 def weights_digest(blob: np.ndarray) -> bytes:
@@ -370,8 +373,10 @@ def api_source(spec: ApiSpec) -> str:
     statuses = ", ".join(c_string_literal(name) for name in STATUS_CODES)
     n_in, n_out = len(spec.inputs), len(spec.outputs)
     max_rank = max([len(t.shape) for t in (*spec.inputs, *spec.outputs)] + [1])
+    level = _x86_level(spec.march)
     return (_DIMS_HELPERS if dims else "") + _API_TEMPLATE.format(
         embedded=1 if spec.embedded else 0,
+        x86_level_check=1 if level else 0, x86_level=level or "x86-64",
         p=p, api_version=API_VERSION, n_in=n_in, n_out=n_out, tables="\n".join(tables),
         n_in_slots=max(n_in, 1), n_out_slots=max(n_out, 1), max_rank=max_rank,
         n_dims=len(names), n_dim_slots=max(len(names), 1), max_dim=MAX_RUNTIME_DIM,
@@ -382,6 +387,16 @@ def api_source(spec: ApiSpec) -> str:
         magic=c_string_literal(WEIGHTS_MAGIC.decode()),
         header_bytes=WEIGHTS_HEADER_BYTES, format_version=WEIGHTS_FORMAT_VERSION,
         align=KERNEL_ALIGNMENT, statuses=statuses, n_statuses=len(STATUS_CODES))
+
+
+def _x86_level(march: tuple[str, ...]) -> str | None:
+    """The x86-64 micro-architecture level a named target is built for (``x86-64-v3`` from
+    ``-march=x86-64-v3``), checked when the library is opened; None for other targets and
+    for ``native`` (built for the machine that compiled it)."""
+    for flag in march:
+        if flag in ("-march=x86-64-v2", "-march=x86-64-v3", "-march=x86-64-v4"):
+            return flag[len("-march="):]
+    return None
 
 
 def _is_constant(expr: str) -> bool:
@@ -419,7 +434,7 @@ void ember_set_num_threads(int n);
 int ember_get_num_threads(void);
 
 enum {{ EM_OK = 0, EM_ARGUMENT = 1, EM_IO = 2, EM_WEIGHTS = 3, EM_MEMORY = 4, EM_VERSION = 5,
-       EM_RUN = 6 }};
+       EM_RUN = 6, EM_CPU = 7 }};
 
 #define EM_NUM_INPUTS {n_in}
 #define EM_NUM_OUTPUTS {n_out}
@@ -741,6 +756,19 @@ static int em_new_model({p}_model **out, const uint8_t *weights)
   return EM_OK;
 }}
 
+/* Whether this CPU runs the x86-64 level the library was built for (checked in code that
+   needs nothing beyond the baseline itself). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && {x86_level_check}
+#define EM_CPU_CHECK 1
+__attribute__((target("arch=x86-64"))) static int em_cpu_supported(void)
+{{
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("{x86_level}");
+}}
+#else
+#define EM_CPU_CHECK 0
+#endif
+
 static int em_check_open(int api_version, {p}_model **model)
 {{
   if (model == NULL)
@@ -750,6 +778,12 @@ static int em_check_open(int api_version, {p}_model **model)
     return em_fail(EM_VERSION, "the program was compiled against version %d of {p}.h; this "
                    "library is version {api_version}: use the header exported with it",
                    api_version);
+#if EM_CPU_CHECK
+  if (!em_cpu_supported())
+    return em_fail(EM_CPU, "this library of \"{p}\" is built for {x86_level} CPUs and this "
+                   "CPU is not one: export the model for an older level (x86_64-linux, "
+                   "x86_64-avx2-linux) or for this machine (host)");
+#endif
   return EM_OK;
 }}
 

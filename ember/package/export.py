@@ -144,7 +144,8 @@ def export_build(build: Build, directory: str | Path, name: str | None = None,
     if embed_weights and target.arch == "wasm32":
         raise ExportError("embedded weights are for Linux targets: a wasm module takes its "
                           "weights from memory (ember.runtime.wasm and the browser loader do)")
-    spec = dataclasses.replace(api_spec(build, prefix, blob, dims), embedded=embed_weights)
+    spec = dataclasses.replace(api_spec(build, prefix, blob, dims), embedded=embed_weights,
+                               march=tuple(target.march))
     with tempfile.TemporaryDirectory(prefix="ember-weights-") as scratch:
         extra = []
         if embed_weights:

@@ -399,3 +399,29 @@ def test_a_library_without_embedded_weights_says_so(tinynet_export):
     lib.tinynet_open_embedded.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
     assert lib.tinynet_open_embedded(1, ctypes.byref(handle)) == 3
     assert "no embedded weights" in lib.tinynet_last_error().decode() and not handle.value
+
+
+@pytest.mark.parametrize("target, feature", [("x86_64-avx2-linux", "avx2"),
+                                             ("x86_64-avx512-linux", "avx512f")])
+def test_a_library_for_a_newer_cpu_refuses_to_open_instead_of_crashing(tmp_path, target,
+                                                                       feature):
+    if ember.Target.native().arch != "x86_64":
+        pytest.skip("an x86-64 host runs the x86-64 exports")
+    result = ember.export(TINYNET, tmp_path / "net", target=target,
+                          input_shapes={"input": (BATCH, 3, 32, 32)})
+    program = compile_example(result.directory, "tinynet", tmp_path / "run_model",
+                              static=True)
+    image = _image()
+    out = tmp_path / "out"
+    out.mkdir()
+    run = subprocess.run([str(program), str(result.files["weights"]),
+                          *write_inputs(tmp_path, [image]), "-o", str(out)], env={},
+                         capture_output=True, text=True, timeout=120)
+    if ember.Target.native().has(feature):
+        assert run.returncode == 0, run.stderr
+        logits = np.fromfile(out / "output0.bin", np.float32).reshape(BATCH, 10)
+        np.testing.assert_allclose(logits, reference(TINYNET, {"input": image})["logits"],
+                                   rtol=1e-4, atol=1e-4)
+    else:  # a clear error and a clean exit, not an illegal instruction
+        assert run.returncode == 1, (run.returncode, run.stderr)
+        assert "is built for x86-64-v" in run.stderr and "this CPU is not one" in run.stderr
