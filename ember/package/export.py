@@ -144,6 +144,8 @@ def export_build(build: Build, directory: str | Path, name: str | None = None,
     if embed_weights and target.arch == "wasm32":
         raise ExportError("embedded weights are for Linux targets: a wasm module takes its "
                           "weights from memory (ember.runtime.wasm and the browser loader do)")
+    if browser and target.arch != "wasm32":
+        raise ExportError(f"a browser export needs a wasm32 build, not {target.triple}")
     spec = dataclasses.replace(api_spec(build, prefix, blob, dims), embedded=embed_weights,
                                march=tuple(target.march))
     with tempfile.TemporaryDirectory(prefix="ember-weights-") as scratch:
@@ -163,8 +165,6 @@ def export_build(build: Build, directory: str | Path, name: str | None = None,
         contents[file_name] = made
         roles[role] = file_name
     if browser:
-        if target.arch != "wasm32":
-            raise ExportError(f"a browser export needs a wasm32 build, not {target.triple}")
         from ember.package.browser import loader_source, page_source
 
         contents[f"{prefix}.js"] = loader_source(spec).encode("utf-8")
