@@ -340,6 +340,11 @@ def _readme(spec: ApiSpec, target: Target, roles: dict[str, str]) -> str:
                  f"    cc -O2 -I. -DMODEL={p} run_model.c lib{p}.a -lm -pthread "
                  f"-o run_model_static\n"
                  f"    ./run_model " + (f"{p}.weights" if "weights" in roles else "-e"))
+        if target.arch == "aarch64":
+            build += (f"\n\nFrom another machine, the `ziglang` package cross-compiles the "
+                      f"program too (statically linked, it needs nothing on the board):\n\n"
+                      f"    python -m ziglang cc -target aarch64-linux-musl -static -O2 -I. "
+                      f"-DMODEL={p} run_model.c lib{p}.a -lm -o run_model")
     return (f"# {p}: exported by ember {__version__}\n\n"
             f"Target: {target.triple} ({target.vector_bits}-bit vectors). "
             f"Signature:\n\n{signature}{dims_note}\n\n{build}\n\n"
