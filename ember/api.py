@@ -684,10 +684,12 @@ class Module:
 
     def export(self, directory: str | Path, *, target: str | Target = "host",
                input_shapes: Mapping[str, Sequence[int]] | None = None,
-               name: str | None = None) -> "ExportResult":
+               name: str | None = None, dynamic_dims: Sequence[str] = (),
+               embed_weights: bool = False) -> "ExportResult":
         """Compile this model for ``target`` and write a directory that runs it without Python
-        (see :func:`ember.export`), for ``input_shapes`` or else the shapes of the current
-        specialization.  Schedules tuned for this machine are kept for the same target only."""
+        (see :func:`ember.export`, which explains ``dynamic_dims`` and ``embed_weights``), for
+        ``input_shapes`` or else the shapes of the current specialization.  Schedules tuned
+        for this machine are kept for the same target only."""
         from dataclasses import replace
 
         from ember.package.export import export_build, is_browser_target, parse_export_target
@@ -706,9 +708,13 @@ class Module:
                              "give export(input_shapes=...)")
         options = self.options if resolved == self.options.target else replace(
             self.options, target=resolved, tuned_configs={}, config_chooser=None)
-        build = build_graph(self.graph, shapes, options)
-        return export_build(build, directory, name if name is not None else self.graph.name,
-                            browser=is_browser_target(target))
+        name = name if name is not None else self.graph.name
+        if dynamic_dims:
+            build, dims = _traced_for_export(self.graph, options, shapes, dynamic_dims)
+        else:
+            build, dims = build_graph(self.graph, shapes, options), None
+        return export_build(build, directory, name, browser=is_browser_target(target),
+                            dims=dims, embed_weights=embed_weights)
 
     def _save_shapes(self, path: str | Path, input_shapes: Mapping[str, Sequence[int]],
                      batch_blocks: bool | None) -> Path:

@@ -425,3 +425,25 @@ def test_a_library_for_a_newer_cpu_refuses_to_open_instead_of_crashing(tmp_path,
     else:  # a clear error and a clean exit, not an illegal instruction
         assert run.returncode == 1, (run.returncode, run.stderr)
         assert "is built for x86-64-v" in run.stderr and "this CPU is not one" in run.stderr
+
+
+def test_a_compiled_module_exports_run_time_dims_and_embedded_weights(sequence_path,
+                                                                      tmp_path):
+    module = ember.compile(sequence_path)
+    x = np.random.default_rng(8).standard_normal((1, 22, 8)).astype(np.float32)
+    module(x)
+    result = module.export(tmp_path / "seq", dynamic_dims=["seq"], embed_weights=True)
+    assert "weights" not in result.files
+    lib = _api(result.directory, "seqnet")
+    lib.seqnet_open_embedded.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
+    lib.seqnet_set_dims.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    handle = ctypes.c_void_p()
+    assert lib.seqnet_open_embedded(1, ctypes.byref(handle)) == 0
+    for length in (17, 29):
+        assert lib.seqnet_set_dims(handle, (ctypes.c_int64 * 1)(length)) == 0
+        x = np.random.default_rng(length).standard_normal((1, length, 8)).astype(np.float32)
+        y = np.empty_like(x)
+        assert lib.seqnet_run(handle, (ctypes.c_void_p * 1)(x.ctypes.data),
+                              (ctypes.c_void_p * 1)(y.ctypes.data)) == 0
+        np.testing.assert_allclose(y, module(x), rtol=1e-5, atol=1e-6)
+    lib.seqnet_destroy(handle)
