@@ -1077,13 +1077,9 @@ def _traced_for_export(graph: Graph, options: BuildOptions,
     except NotTraceable as why:
         raise InputError(f"cannot export {list(dynamic_dims)} as run-time dims: {why}") from None
     trace = variant.trace
-    guards = tuple((f"({g.lhs.c_code()}) {g.op} ({g.rhs.c_code()})", str(g))
-                   for g in trace.guards)
-    inputs = tuple(tuple(e.c_code() for e in variant.inputs[n]) for n in graph.inputs)
     return variant.build, DimsSpec(
-        trace.names, trace.samples, guards, inputs,
-        tuple(tuple(e.c_code() for e in shape) for shape in variant.outputs),
-        variant.workspace.c_code(),
+        trace.names, trace.samples, tuple(trace.guards),
+        tuple(variant.inputs[n] for n in graph.inputs), variant.outputs, variant.workspace,
         tuple(covered_sizes(trace, trace.samples, i) for i in range(len(trace.names))))
 
 

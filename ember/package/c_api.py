@@ -52,6 +52,7 @@ import numpy as np
 
 from ember.core.dtypes import DType
 from ember.core.errors import EmberError
+from ember.core.traced import Guard, SizeExpr
 
 API_VERSION = 1
 WEIGHTS_MAGIC = b"EMBERWTS"
@@ -125,19 +126,20 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class DimsSpec:
-    """The dims a traced build takes at run time, as C: ``em_dims[i]`` is dim ``names[i]``.
+    """The dims a traced build takes at run time: ``em_dims[i]`` in the C is dim ``names[i]``.
 
-    ``guards`` are (C condition, readable text) pairs that every call's dims must satisfy
-    (the sizes the build serves); ``inputs`` and ``outputs`` give each axis of each tensor
-    as a C expression over ``em_dims``; ``workspace`` the workspace bytes; ``covered`` the
-    sizes of each dim around its sample that the guards admit (for the documentation)."""
+    ``guards`` are what every call's dims must satisfy (the sizes the build serves);
+    ``inputs`` and ``outputs`` give each axis of each tensor as a size expression of the dims
+    (``SizeExpr``, whose ``c_code`` the API unit uses); ``workspace`` the workspace bytes;
+    ``covered`` the sizes of each dim around its sample that the guards admit (for the
+    documentation)."""
 
     names: tuple[str, ...]
     samples: tuple[int, ...]
-    guards: tuple[tuple[str, str], ...]
-    inputs: tuple[tuple[str, ...], ...]
-    outputs: tuple[tuple[str, ...], ...]
-    workspace: str
+    guards: tuple[Guard, ...]
+    inputs: tuple[tuple[SizeExpr, ...], ...]
+    outputs: tuple[tuple[SizeExpr, ...], ...]
+    workspace: SizeExpr
     covered: tuple[tuple[int, int] | None, ...]
 
 
@@ -350,12 +352,12 @@ def api_source(spec: ApiSpec) -> str:
         tables.append(_c_table([str(t.dtype.itemsize) for t in infos], "int",
                                f"em_{kind}_itemsizes"))
         for i, t in enumerate(infos):
-            axes = exprs[kind][i] if exprs[kind] else tuple(f"INT64_C({d})" for d in t.shape)
-            static = [f"INT64_C({d})" if _is_constant(a) else "INT64_C(-1)"
+            axes = exprs[kind][i] if exprs[kind] else tuple(SizeExpr.const(d) for d in t.shape)
+            static = [f"INT64_C({d})" if a.op == "const" else "INT64_C(-1)"
                       for d, a in zip(t.shape, axes)]
             tables.append(_c_table(static, "int64_t", f"em_{kind}_shape{i}"))
             for axis, expr in enumerate(axes):
-                binds.append(f"  model->{kind}_shapes[{i}][{axis}] = {expr};")
+                binds.append(f"  model->{kind}_shapes[{i}][{axis}] = {expr.c_code()};")
             count = " * ".join(f"(uint64_t)model->{kind}_shapes[{i}][{a}]"
                                for a in range(len(axes))) or "UINT64_C(1)"
             binds.append(f"  model->{kind}_nbytes[{i}] = {count} * "
@@ -369,7 +371,8 @@ def api_source(spec: ApiSpec) -> str:
         f"  if (!({condition}))\n"
         f"    return em_fail(EM_ARGUMENT, \"{p}_set_dims: %s is outside the sizes this export "
         f"serves (the guard %s)\", described, {c_string_literal(text)});"
-        for condition, text in guards)
+        for condition, text in ((f"({g.lhs.c_code()}) {g.op} ({g.rhs.c_code()})", str(g))
+                                for g in guards))
     statuses = ", ".join(c_string_literal(name) for name in STATUS_CODES)
     n_in, n_out = len(spec.inputs), len(spec.outputs)
     max_rank = max([len(t.shape) for t in (*spec.inputs, *spec.outputs)] + [1])
@@ -381,7 +384,7 @@ def api_source(spec: ApiSpec) -> str:
         n_in_slots=max(n_in, 1), n_out_slots=max(n_out, 1), max_rank=max_rank,
         n_dims=len(names), n_dim_slots=max(len(names), 1), max_dim=MAX_RUNTIME_DIM,
         guards=checks, binds="\n".join(binds),
-        workspace=dims.workspace if dims else f"INT64_C({spec.workspace_size})",
+        workspace=(dims.workspace if dims else SizeExpr.const(spec.workspace_size)).c_code(),
         weights_size=spec.weights_size,
         digest=", ".join(f"0x{b:02x}" for b in spec.weights_sha256),
         magic=c_string_literal(WEIGHTS_MAGIC.decode()),
@@ -397,10 +400,6 @@ def _x86_level(march: tuple[str, ...]) -> str | None:
         if flag in ("-march=x86-64-v2", "-march=x86-64-v3", "-march=x86-64-v4"):
             return flag[len("-march="):]
     return None
-
-
-def _is_constant(expr: str) -> bool:
-    return re.fullmatch(r"INT64_C\(\d+\)", expr) is not None
 
 
 # Division helpers of the size expressions (``SizeExpr.c_code``), defined before the unit so

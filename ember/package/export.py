@@ -41,10 +41,10 @@ import numpy as np
 
 from ember import __version__
 from ember.core.target import Target
-from ember.core.traced import is_traced, plain
+from ember.core.traced import SizeExpr, is_traced, plain
 from ember.driver.pipeline import Build
 from ember.package.artifact import (SaveTargetError, _read_json_file, _sha256_of_regular_file,
-                                    write_directory_in_place)
+                                    refuse_foreign_entries, write_directory_in_place)
 from ember.package.c_api import (API_VERSION, ApiSpec, DimsSpec, ExportError, TensorInfo,
                                  api_source, c_prefix, header_source, weights_digest,
                                  weights_file_bytes, weights_unit_source)
@@ -206,23 +206,17 @@ def export_build(build: Build, directory: str | Path, name: str | None = None,
                         build.report())
 
 
-def _describe(tensor: TensorInfo, axes: tuple[str, ...] | None = None) -> dict:
+def _describe(tensor: TensorInfo, axes: tuple[SizeExpr, ...] | None = None) -> dict:
     """A tensor in ``export.json``: its shape (the traced sample's for a traced export), and
     for a traced export each axis as a number or, where it is a run-time dim, its index
-    (``{"dim": i}``; other size expressions as ``{"expr": C}``)."""
+    (``{"dim": i}``; other size expressions as ``{"expr": text}``)."""
     described = {"name": tensor.name, "dtype": tensor.dtype.numpy.name,
                  "shape": list(tensor.shape)}
     if axes is not None:
-        described["axes"] = [_axis(a, d) for a, d in zip(axes, tensor.shape)]
+        described["axes"] = [sample if axis.op == "const" else
+                             {"dim": axis.args[0]} if axis.op == "sym" else {"expr": str(axis)}
+                             for axis, sample in zip(axes, tensor.shape)]
     return described
-
-
-def _axis(expr: str, sample: int) -> int | dict:
-    if expr.startswith("INT64_C(") and expr[8:-1].isdigit():
-        return sample
-    if expr.startswith("em_dims[") and expr.endswith("]") and expr[8:-1].isdigit():
-        return {"dim": int(expr[8:-1])}
-    return {"expr": expr}
 
 
 def _build_libraries(build: Build, units: list[str], prefix: str, sanitize: bool = False
@@ -268,13 +262,7 @@ def _check_replaceable(path: Path) -> None:
     if not entries:
         return
     owned = _export_files(path)
-    foreign = [entry for entry in entries if entry not in owned]
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
-                                          if len(foreign) > 5 else "")
-        raise SaveTargetError(f"'{path}' holds files that ember did not export, or that "
-                              f"changed since ({shown}); not overwriting it: move them away "
-                              f"or choose another path", path)
+    refuse_foreign_entries(path, [entry for entry in entries if entry not in owned], "export")
 
 
 def _export_files(directory: Path) -> set[str]:
