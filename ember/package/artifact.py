@@ -426,11 +426,16 @@ def _check_replaceable(path: Path) -> None:
         raise SaveTargetError(f"'{path}' exists and is not an ember artifact (it has no "
                               f"{MANIFEST_FILE}); not overwriting it (choose another path)",
                               path)
-    foreign = _foreign_entries(path)
+    refuse_foreign_entries(path, _foreign_entries(path), "write")
+
+
+def refuse_foreign_entries(path: Path, foreign: list[str], verb: str) -> None:
+    """Refuse to replace ``path`` when it holds ``foreign`` entries (files ember did not
+    ``verb`` there, or that changed since), naming the first few."""
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
                                           if len(foreign) > 5 else "")
-        raise SaveTargetError(f"'{path}' holds files that ember did not write, or that "
+        raise SaveTargetError(f"'{path}' holds files that ember did not {verb}, or that "
                               f"changed since ({shown}); not overwriting it: move them "
                               f"away or choose another path", path)
 
